@@ -1,0 +1,1 @@
+"""Sub-commands of the `hostkit` CLI, one module each."""

@@ -1,0 +1,71 @@
+"""`hostkit lab`: start, inspect, reboot and stop the local lab hosts."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from hostkit.lab import Lab
+
+
+@click.group()
+def lab() -> None:
+    """Local test hosts: Debian VMs with systemd, sshd and a blank NVMe disk (qemu, TCG)."""
+
+
+@lab.command()
+@click.option("--hosts", "count", default=1, show_default=True, help="How many hosts to start.")
+@click.option("--os", "os_name", type=click.Choice(["debian12", "debian13"]), default="debian12", show_default=True)
+@click.option("--cgroup", type=click.Choice(["v2", "v1"]), default="v2", show_default=True)
+@click.option("--cpus", default=2, show_default=True, help="vCPUs per host.")
+def up(count: int, os_name: str, cgroup: str, cpus: int) -> None:
+    """Start COUNT fresh hosts and wait until ssh answers on each."""
+    hosts = Lab().up(count, os_name=os_name, cgroup=cgroup, cpus=cpus)
+    for lab_host in hosts:
+        click.echo(f"{lab_host.name}\tssh -p {lab_host.port} root@127.0.0.1 ({lab_host.os}, cgroup {lab_host.cgroup})")
+
+
+@lab.command()
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text")
+def status(fmt: str) -> None:
+    """Show the lab hosts and whether they answer ssh."""
+    rows = Lab().status()
+    if fmt == "json":
+        click.echo(json.dumps(rows, indent=2))
+        return
+    if not rows:
+        click.echo("no lab hosts; start one with `hostkit lab up`")
+    for row in rows:
+        state = "up" if row["ssh"] else ("booting" if row["running"] else "stopped")
+        click.echo(f"{row['name']}\t{state}\tport {row['port']}\t{row['os']}\tcgroup {row['cgroup']}")
+
+
+@lab.command(context_settings={"ignore_unknown_options": True})
+@click.argument("host")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+def ssh(host: str, command: tuple[str, ...]) -> None:
+    """Open a shell on HOST, or run COMMAND there."""
+    import os
+
+    lab_host = Lab().host(host)
+    argv = lab_host.ssh_argv(" ".join(command) if command else None)
+    if not command:
+        argv.insert(1, "-t")
+    sys.stdout.flush()
+    os.execvp(argv[0], argv)
+
+
+@lab.command()
+@click.argument("host")
+def reboot(host: str) -> None:
+    """Reboot HOST and wait until ssh answers from the new boot."""
+    Lab().host(host).reboot()
+
+
+@lab.command()
+def down() -> None:
+    """Stop every lab host and delete its disks (the cached base image stays)."""
+    Lab().down()
+    click.echo("lab is down")

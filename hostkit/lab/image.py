@@ -1,0 +1,149 @@
+"""The lab's base image: a minimal Debian with systemd, sshd and the lab's key, built once.
+
+The image is cached outside the repo, keyed by a hash of its recipe, so a changed recipe
+builds a new image and an unchanged one is reused across runs and checkouts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from hostkit.lab.progress import say
+
+SUITES = {"debian12": "bookworm", "debian13": "trixie"}
+
+PACKAGES = (
+    "systemd-sysv", "udev", "kmod", "openssh-server", "linux-image-cloud-amd64", "python3",
+    "iproute2", "ifupdown", "isc-dhcp-client", "procps", "util-linux", "e2fsprogs", "dbus",
+    "curl", "ca-certificates", "xfsprogs", "btrfs-progs", "psmisc",
+)
+ROOT_DISK_SIZE = "6G"
+# Bump when the customisation below changes in a way the package list doesn't show.
+RECIPE_REVISION = 3
+
+HOST_PREREQUISITES = {
+    "qemu-system-x86_64": "qemu-system-x86",
+    "qemu-img": "qemu-utils",
+    "mmdebstrap": "mmdebstrap",
+    "ssh-keygen": "openssh-client",
+    "mkfs.ext4": "e2fsprogs",
+}
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("HOSTKIT_LAB_CACHE", Path.home() / ".cache" / "vllm-hostkit" / "lab"))
+
+
+@dataclass(frozen=True)
+class BaseImage:
+    root_disk: Path
+    kernel: Path
+    initrd: Path
+    os: str
+
+
+def ensure_prerequisites() -> None:
+    missing = sorted({pkg for tool, pkg in HOST_PREREQUISITES.items() if shutil.which(tool) is None})
+    if not missing:
+        return
+    if os.geteuid() != 0:
+        raise SystemExit(f"the lab needs these packages: {' '.join(missing)} (run as root to install them)")
+    say(f"installing lab prerequisites with apt: {' '.join(missing)}")
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    subprocess.run(["apt-get", "update", "-qq"], check=True, env=env)
+    subprocess.run(["apt-get", "install", "-y", "-qq", "--no-install-recommends", *missing], check=True, env=env,
+                   stdout=subprocess.DEVNULL)
+
+
+def ssh_key() -> Path:
+    """The lab's private key, generated once and baked into every image."""
+    key = cache_dir() / "id_ed25519"
+    if not key.exists():
+        key.parent.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "vllm-hostkit-lab", "-f", str(key)],
+                       check=True)
+    return key
+
+
+def recipe(os_name: str) -> dict:
+    return {
+        "suite": SUITES[os_name],
+        "packages": sorted(PACKAGES),
+        "root_disk_size": ROOT_DISK_SIZE,
+        "revision": RECIPE_REVISION,
+        "authorized_key": ssh_key().with_suffix(".pub").read_text().strip(),
+    }
+
+
+def base_image(os_name: str) -> BaseImage:
+    """The cached base image for `os_name`, building it first if needed."""
+    if os_name not in SUITES:
+        raise SystemExit(f"unknown lab os {os_name!r}: choose one of {', '.join(SUITES)}")
+    ensure_prerequisites()
+    spec = recipe(os_name)
+    digest = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:12]
+    image_dir = cache_dir() / "images" / f"{os_name}-{digest}"
+    image = BaseImage(image_dir / "root.raw", image_dir / "vmlinuz", image_dir / "initrd.img", os_name)
+    if not (image_dir / "complete").exists():
+        _build(spec, image_dir)
+    return image
+
+
+def _build(spec: dict, image_dir: Path) -> None:
+    started = time.monotonic()
+    say(f"building lab image {image_dir.name} (Debian {spec['suite']}, once; about a minute)")
+    if image_dir.exists():
+        shutil.rmtree(image_dir)
+    work = Path(tempfile.mkdtemp(prefix="hostkit-lab-build-", dir=cache_dir()))
+    try:
+        rootfs = work / "rootfs"
+        subprocess.run(
+            ["mmdebstrap", "--quiet", "--variant=minbase", f"--include={','.join(spec['packages'])}",
+             spec["suite"], str(rootfs)],
+            check=True,
+        )
+        say("  debootstrap done; customising")
+        _customise(rootfs, spec["authorized_key"])
+        staging = work / "image"
+        staging.mkdir()
+        kernel = sorted((rootfs / "boot").glob("vmlinuz-*"))[-1]
+        initrd = sorted((rootfs / "boot").glob("initrd.img-*"))[-1]
+        shutil.copy(kernel, staging / "vmlinuz")
+        shutil.copy(initrd, staging / "initrd.img")
+        subprocess.run(["mkfs.ext4", "-q", "-L", "labroot", "-d", str(rootfs), str(staging / "root.raw"),
+                        spec["root_disk_size"]], check=True)
+        (staging / "recipe.json").write_text(json.dumps(spec, indent=2))
+        (staging / "complete").touch()
+        image_dir.parent.mkdir(parents=True, exist_ok=True)
+        staging.rename(image_dir)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    say(f"  image ready in {time.monotonic() - started:.0f} s")
+
+
+def _customise(rootfs: Path, authorized_key: str) -> None:
+    (rootfs / "etc/fstab").write_text("LABEL=labroot / ext4 defaults,errors=remount-ro 0 1\n")
+    (rootfs / "etc/network/interfaces").write_text(
+        "auto lo\niface lo inet loopback\n\nallow-hotplug eth0\niface eth0 inet dhcp\n"
+    )
+    ssh_dir = rootfs / "root/.ssh"
+    ssh_dir.mkdir(mode=0o700, exist_ok=True)
+    (ssh_dir / "authorized_keys").write_text(authorized_key + "\n")
+    (ssh_dir / "authorized_keys").chmod(0o600)
+    (rootfs / "etc/ssh/sshd_config.d").mkdir(exist_ok=True)
+    (rootfs / "etc/ssh/sshd_config.d/lab.conf").write_text("PermitRootLogin prohibit-password\nUseDNS no\n")
+    # systemd.hostname= on the kernel command line names each host.
+    (rootfs / "etc/hostname").unlink(missing_ok=True)
+    (rootfs / "etc/hosts").write_text("127.0.0.1 localhost\n")
+    # An empty machine-id makes each overlay generate its own at first boot.
+    (rootfs / "etc/machine-id").write_text("")
+    # The journal is persistent, as on a real server, so OOM kills survive a reboot's check.
+    (rootfs / "var/log/journal").mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,66 @@
+"""What the planner decides for one host. Pure data: operations read it, `hostkit plan` prints it."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
+
+SWAP_FILE_NAME = "vllm-hostkit.swap"
+VLLM_UNIT = "vllm.service"
+THP_UNIT = "vllm-hostkit-thp.service"
+SYSCTL_FILE = "/etc/sysctl.d/99-zz-vllm-hostkit.conf"
+VLLM_ENV_FILE = "/etc/vllm-hostkit/vllm.env"
+
+
+class _Plan(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+
+class NvmePlan(_Plan):
+    """Prepare a blank NVMe device: make a filesystem, mount it, persist the mount."""
+
+    device: str
+    mount: str
+    fstype: str = "ext4"
+
+
+class SwapPlan(_Plan):
+    enabled: bool
+    path: str | None = None  # None when disabled
+    size_bytes: int = 0
+    priority: int = 10
+    reason: str = ""
+
+
+class KernelPlan(_Plan):
+    sysctl: dict[str, str]
+    sysctl_conflicts: str = "error"  # "error" | "warn"
+    thp_enabled: str | None = None
+    thp_defrag: str | None = None
+
+
+class VllmPlan(_Plan):
+    enabled: bool
+    version: str = ""
+    user: str = "vllm"
+    argv: list[str] = Field(default_factory=list)  # the full ExecStart, never a secret
+    env: dict[str, str] = Field(default_factory=dict)  # non-secret environment
+    api_key: SecretStr | None = None
+    memory_max_bytes: int | None = None
+    memory_high_bytes: int | None = None
+    memory_swap_max_bytes: int | None = None
+    cgroup_version: int = 2
+    host: str = "0.0.0.0"
+    port: int = 8000
+    served_model_name: str = ""
+    cache_dir: str = "/var/cache/vllm"
+    ready_timeout_s: int = 1800
+    hardening: str = "standard"  # "standard" | "strict"
+
+
+class HostPlan(_Plan):
+    host: str
+    nvme: NvmePlan | None
+    swap: SwapPlan
+    kernel: KernelPlan
+    vllm: VllmPlan
+    warnings: list[str] = Field(default_factory=list)
