@@ -1,0 +1,32 @@
+# The README's two commands: `make demo` (provision and verify a lab host) and `make test`.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+BIN := $(VENV)/bin
+
+.PHONY: install demo test unit e2e lab-down clean
+
+$(VENV)/.installed: pyproject.toml
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	touch $@
+
+install: $(VENV)/.installed
+
+demo: install
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(PY) scripts/demo.py
+
+test: install
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(PY) -m pytest tests/unit tests/e2e
+
+unit: install
+	$(PY) -m pytest tests/unit -q
+
+e2e: install
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(PY) -m pytest tests/e2e
+
+lab-down: install
+	$(BIN)/hostkit lab down
+
+clean:
+	rm -rf $(VENV) .lab

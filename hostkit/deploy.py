@@ -1,0 +1,59 @@
+"""The vLLM host deploy: GPU check, NVMe and swap, kernel tuning, the vLLM service.
+
+Importable by other pyinfra projects (`from hostkit.deploy import vllm_host`), as pyinfra's
+own deploy packages are. Bad inventory data and plans that cannot work are refused while
+pyinfra prepares, so no host is touched when any host's data is wrong.
+"""
+
+from __future__ import annotations
+
+from pyinfra import host, logger, state
+from pyinfra.api import deploy
+from pyinfra.api.exceptions import PyinfraError
+
+from hostkit.facts.snapshot import snapshot
+from hostkit.gather import planning_facts
+from hostkit.operations import gpu, kernel, swap, vllm_service
+from hostkit.planner import PlanError, plan_host
+from hostkit.plans import HostPlan
+from hostkit.profile import HostProfile, ProfileError, validate_inventory
+
+_PROFILES_ATTR = "_hostkit_profiles"
+
+
+def inventory_profiles() -> dict[str, HostProfile]:
+    """Every host's profile, validated once per run for the whole inventory."""
+    profiles = getattr(state, _PROFILES_ATTR, None)
+    if profiles is None:
+        try:
+            profiles = validate_inventory((inv_host.name, inv_host.data.dict()) for inv_host in state.inventory)
+        except ProfileError as error:
+            raise PyinfraError(f"invalid inventory data, nothing was changed on any host:\n{error}") from None
+        setattr(state, _PROFILES_ATTR, profiles)
+    return profiles
+
+
+def current_plan() -> tuple[HostProfile, HostPlan]:
+    profile = inventory_profiles()[host.name]
+    try:
+        plan = plan_host(profile, planning_facts(snapshot(host, profile)))
+    except PlanError as error:
+        raise PyinfraError(f"cannot plan this host, nothing was changed on any host:\n{error}") from None
+    for warning in plan.warnings:
+        logger.warning(f"[{host.name}] {warning}")
+    return profile, plan
+
+
+@deploy("vLLM host")
+def vllm_host() -> None:
+    profile, plan = current_plan()
+    # The GPU check comes first: nothing is (re)started on a host whose driver is broken.
+    gpu.verify_gpu(name="Check the GPU driver", profile=profile)
+    if plan.nvme is not None:
+        swap.prepare_nvme(name=f"Prepare NVMe {plan.nvme.device} at {plan.nvme.mount}", plan=plan.nvme)
+    swap.swap_file(name="Swap file on NVMe", plan=plan.swap)
+    kernel.sysctl_settings(name="Kernel memory sysctls", plan=plan.kernel)
+    kernel.transparent_hugepages(name="Transparent hugepages", plan=plan.kernel)
+    if plan.vllm.enabled:
+        vllm_service.vllm_service(name="vLLM systemd unit", plan=plan.vllm)
+        vllm_service.vllm_ready(name="vLLM readiness gate", plan=plan.vllm)

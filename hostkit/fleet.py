@@ -1,0 +1,53 @@
+"""Connect to an inventory's hosts with pyinfra's API and read hostkit facts from them.
+
+Used by the commands that only look (`hostkit plan`, `hostkit doctor`): no operations run.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+
+from gevent import monkey
+
+# pyinfra's CLI patches the standard library for gevent before anything else; API users
+# must do the same or parallel connections deadlock.
+monkey.patch_all()
+
+from pyinfra.api import Config, Host, State  # noqa: E402
+from pyinfra.api.connect import connect_all, disconnect_all  # noqa: E402
+from pyinfra.context import ctx_state  # noqa: E402
+from pyinfra_cli.inventory import make_inventory_from_files  # noqa: E402
+
+
+@contextmanager
+def connected_hosts(inventory_path: str, limit: Sequence[str] | None = None) -> Iterator[list[Host]]:
+    """The inventory's hosts (limited like `pyinfra --limit`), connected; unreachable ones left out."""
+    state = State()
+    with ctx_state.use(state):
+        inventory = make_inventory_from_files(inventory_path, cwd=os.getcwd())
+    names = _limited_names(inventory, limit)
+    state.init(inventory, Config(), initial_limit=[h for h in inventory if h.name in names])
+    connect_all(state)
+    try:
+        yield [h for h in state.inventory.iter_activated_hosts() if h.name in names]
+    finally:
+        disconnect_all(state)
+
+
+def _limited_names(inventory, limit: Sequence[str] | None) -> set[str]:
+    from fnmatch import fnmatch
+
+    from pyinfra.api.exceptions import NoGroupError
+
+    hosts = list(inventory)
+    if not limit:
+        return {h.name for h in hosts}
+    names: set[str] = set()
+    for pattern in limit:
+        try:
+            names.update(h.name for h in inventory.get_group(pattern))
+        except NoGroupError:
+            names.update(h.name for h in hosts if fnmatch(h.name, pattern))
+    return names

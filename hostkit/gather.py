@@ -1,0 +1,51 @@
+"""From a host snapshot to the facts the planner reads."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from hostkit.facts.snapshot import HostSnapshot, snapshot
+from hostkit.planning_facts import FilesystemFact, GpuFact, NvmeDeviceFact, PlanningFacts, SwapFact
+
+
+def planning_facts(snap: HostSnapshot) -> PlanningFacts:
+    system, storage, gpu = snap.system, snap.storage, snap.gpu
+    nvme_disks = [d for d in storage.block_devices if d.type == "disk" and d.on_nvme]
+    nvme_devices = []
+    for disk in nvme_disks:
+        family = storage.device_and_descendants(disk.path)
+        signatures = storage.devices.get(disk.path)
+        nvme_devices.append(NvmeDeviceFact(
+            path=disk.path,
+            size_bytes=disk.size_bytes,
+            signatures=list(signatures.signatures + signatures.partitions) if signatures else
+            [d.fstype for d in family if d.fstype],
+            mountpoints=[m for d in family for m in d.mountpoints],
+        ))
+    return PlanningFacts(
+        ram_total_bytes=system.mem_total_bytes,
+        ram_available_bytes=system.mem_available_bytes,
+        cpu_count=system.cpu_count,
+        cgroup_version=system.cgroup_version,
+        systemd_version=system.systemd_version or None,
+        filesystems=[
+            FilesystemFact(mountpoint=fs.mountpoint, device=fs.source, fstype=fs.fstype, on_nvme=fs.on_nvme,
+                           size_bytes=fs.size_bytes, avail_bytes=fs.avail_bytes)
+            for fs in storage.filesystems
+        ],
+        nvme_devices=nvme_devices,
+        swaps=[SwapFact(path=s.path, size_bytes=s.size_bytes, used_bytes=s.used_bytes, priority=s.priority)
+               for s in storage.swaps],
+        gpus=[GpuFact(index=g.index, name=g.name, memory_total_mib=g.memory_total_mib or 0,
+                      memory_used_mib=g.memory_used_mib or 0) for g in gpu.gpus],
+    )
+
+
+def gather_planning_facts(inventory_path: str, limit: Sequence[str] | None = None) -> dict[str, PlanningFacts]:
+    """Connect to each host, take one snapshot, and return its planning facts."""
+    from hostkit.fleet import connected_hosts
+    from hostkit.profile import load_inventory, validate_inventory
+
+    profiles = validate_inventory(load_inventory(inventory_path, limit=limit))
+    with connected_hosts(inventory_path, limit) as hosts:
+        return {h.name: planning_facts(snapshot(h, profiles[h.name])) for h in hosts}
