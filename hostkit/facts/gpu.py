@@ -1,0 +1,332 @@
+"""NVIDIA driver and GPU health, gathered in one shell command.
+
+The command prints sub-sections between `@@gpu:NAME@@` lines:
+
+- query: `nvidia-smi --query-gpu=QUERY_FIELDS --format=csv,noheader,nounits` (stdout and
+  stderr, so NVML's own error text survives), then `@@gpu:query-rc@@ N`; or
+  `@@gpu:no-nvidia-smi@@` when the tool is missing, which means "no driver", not an error.
+- version: /proc/driver/nvidia/version (the kernel module that is loaded).
+- modules: the nvidia* lines of /proc/modules (`lsmod` may be missing).
+- nodes: `ls -ld /dev/nvidia*`.
+- persistenced: the command lines of running nvidia-persistenced processes. Its name is
+  longer than the 15 characters of /proc/PID/comm, so `pgrep -x` can never match it:
+  the comm prefix selects candidates and the full command line confirms them.
+- xid: which kernel log was readable (`journalctl -k -b`, else `dmesg`, else none) and its
+  `NVRM: Xid` lines since boot. An unreadable log is "unknown", never "clean".
+- fabricmanager: only when /dev/nvidia-nvswitch* exists: whether nv-fabricmanager runs,
+  and its `--version` output.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from pyinfra.api import FactBase
+
+# Fixed order: the parser maps columns by position. Every name appears in the header of
+# real `nvidia-smi --query-gpu` output from an H200 (tests check this against a fixture).
+QUERY_FIELDS: tuple[str, ...] = (
+    "index",
+    "pci.bus_id",
+    "name",
+    "uuid",
+    "driver_version",
+    "persistence_mode",
+    "memory.total",
+    "memory.used",
+    "ecc.mode.current",
+    "ecc.errors.uncorrected.volatile.total",
+    "retired_pages.pending",
+    "remapped_rows.pending",
+    "remapped_rows.failure",
+    "mig.mode.current",
+)
+
+SUB_MARKER = "@@gpu:"
+XID_LINE_LIMIT = 200
+
+_XID_RE = re.compile(r"NVRM: Xid \((?P<device>[^)]*)\): (?P<code>\d+)(?:, (?P<detail>.*))?")
+_NVML_LIBRARY_RE = re.compile(r"NVML library version:\s*(?P<version>\d+(?:\.\d+)+)")
+_VERSION_RE = re.compile(r"\d+(?:\.\d+)+")
+
+
+@dataclass(frozen=True)
+class GpuDevice:
+    """One row of the query. None means `[N/A]`, missing, or not a value we understand."""
+
+    index: int
+    bus_id: str
+    name: str
+    uuid: str
+    driver_version: str
+    persistence_mode: bool | None
+    memory_total_mib: int | None
+    memory_used_mib: int | None
+    ecc_enabled: bool | None
+    ecc_uncorrected_volatile: int | None
+    retired_pages_pending: bool | None
+    remapped_rows_pending: bool | None
+    remapped_rows_failure: bool | None
+    mig_enabled: bool | None
+
+
+@dataclass(frozen=True)
+class XidEvent:
+    device: str  # as the driver prints it, e.g. "PCI:0000:3b:00"
+    code: int
+    detail: str
+
+
+@dataclass(frozen=True)
+class FabricManager:
+    """Present only on hosts with /dev/nvidia-nvswitch* nodes."""
+
+    running: bool
+    version: str | None
+
+
+@dataclass(frozen=True)
+class GpuFacts:
+    driver_present: bool  # nvidia-smi is installed
+    gpus: tuple[GpuDevice, ...] = ()
+    nvidia_smi_error: str | None = None  # nvidia-smi ran but failed (no device, mismatch, ...)
+    module_version: str | None = None  # from /proc/driver/nvidia/version
+    nvml_version: str | None = None  # what NVML reports; on a mismatch, its own library version
+    modules: tuple[str, ...] = ()
+    device_nodes: tuple[str, ...] = ()  # character devices only
+    persistenced_running: bool = False
+    kernel_log_source: str | None = None  # "journalctl" | "dmesg" | None when unreadable
+    xids: tuple[XidEvent, ...] = ()
+    xid_total: int = 0  # may exceed len(xids): only the first XID_LINE_LIMIT lines are kept
+    fabricmanager: FabricManager | None = None
+
+    @property
+    def gpu_count(self) -> int:
+        return len(self.gpus)
+
+    @property
+    def total_memory_mib(self) -> int:
+        return sum(gpu.memory_total_mib or 0 for gpu in self.gpus)
+
+    @property
+    def min_memory_mib(self) -> int | None:
+        sizes = [gpu.memory_total_mib for gpu in self.gpus if gpu.memory_total_mib is not None]
+        return min(sizes) if sizes else None
+
+    @property
+    def xid_log_readable(self) -> bool:
+        return self.kernel_log_source is not None
+
+    @property
+    def has_nvswitch(self) -> bool:
+        return self.fabricmanager is not None
+
+
+def _proc_cmdlines_of(comm_prefix: str) -> str:
+    """Print the NUL-separated command line of each process whose comm is `comm_prefix`."""
+    return (
+        f"for c in $(grep -lx '{comm_prefix}' /proc/[0-9]*/comm 2>/dev/null); do "
+        "tr '\\0' ' ' < \"${c%/comm}/cmdline\"; echo; done"
+    )
+
+
+def _marker(name: str) -> str:
+    return f"echo '{SUB_MARKER}{name}@@'"
+
+
+class GpuFact(FactBase):
+    """Parsed into `GpuFacts`. Always exits 0; every missing tool or file is itself a fact."""
+
+    section = "gpu"
+
+    def command(self) -> str:
+        fields = ",".join(QUERY_FIELDS)
+        return "\n".join(
+            [
+                "if command -v nvidia-smi >/dev/null 2>&1; then",
+                f"  {_marker('query')}",
+                f"  nvidia-smi --query-gpu={fields} --format=csv,noheader,nounits 2>&1",
+                f"  echo \"{SUB_MARKER}query-rc@@ $?\"",
+                "else",
+                f"  {_marker('no-nvidia-smi')}",
+                "fi",
+                _marker("version"),
+                "cat /proc/driver/nvidia/version 2>/dev/null",
+                _marker("modules"),
+                "grep '^nvidia' /proc/modules 2>/dev/null",
+                _marker("nodes"),
+                "ls -ld /dev/nvidia* 2>/dev/null",
+                _marker("persistenced"),
+                _proc_cmdlines_of("nvidia-persiste"),
+                _marker("xid"),
+                "if command -v journalctl >/dev/null 2>&1"
+                " && [ -n \"$(journalctl -k -b -q --no-pager -n 1 2>/dev/null)\" ]; then",
+                "  echo source=journalctl; journalctl -k -b -q --no-pager 2>/dev/null",
+                "elif [ -n \"$(dmesg 2>/dev/null | head -n 1)\" ]; then",
+                "  echo source=dmesg; dmesg 2>/dev/null",
+                "else echo source=none; fi"
+                f" | awk '/NVRM: Xid/ {{ n++; if (n <= {XID_LINE_LIMIT}) print; next }}"
+                " /^source=/ { print } END { print \"xid_total=\" n+0 }'",
+                "if ls /dev/nvidia-nvswitch* >/dev/null 2>&1; then",
+                f"  {_marker('fabricmanager')}",
+                f"  {_proc_cmdlines_of('nv-fabricmanage')} | sed 's/^/process: /'",
+                "  nv-fabricmanager --version 2>&1 | sed 's/^/version: /'",
+                "fi",
+                "true",
+            ]
+        )
+
+    def process(self, output: list[str]) -> GpuFacts:
+        return parse_gpu_output(output)
+
+
+def split_sub_sections(output: list[str]) -> dict[str, list[str]]:
+    parts: dict[str, list[str]] = {}
+    current: list[str] | None = None
+    for line in output:
+        if line.startswith(SUB_MARKER):
+            name, _, rest = line[len(SUB_MARKER):].partition("@@")
+            current = parts.setdefault(name, [])
+            if rest.strip():
+                current.append(rest.strip())
+        elif current is not None:
+            current.append(line)
+    return parts
+
+
+def _na(value: str) -> bool:
+    return value in ("", "[N/A]", "N/A", "[Not Supported]", "[Unknown Error]", "[Insufficient Permissions]")
+
+
+def _int(value: str) -> int | None:
+    value = value.strip()
+    if _na(value):
+        return None
+    number = value.split()[0]  # tolerates a unit left in place ("143771 MiB")
+    return int(number) if number.isdigit() else None
+
+
+def _flag(value: str, true: str, false: str) -> bool | None:
+    value = value.strip()
+    if value == true:
+        return True
+    if value == false:
+        return False
+    return None
+
+
+def parse_query_row(line: str) -> GpuDevice | None:
+    """A CSV row in QUERY_FIELDS order; missing trailing columns read as `[N/A]`."""
+    columns = [column.strip() for column in line.split(",")]
+    if not columns or not columns[0].isdigit():
+        return None
+    columns += ["[N/A]"] * (len(QUERY_FIELDS) - len(columns))
+    value = dict(zip(QUERY_FIELDS, columns))
+    return GpuDevice(
+        index=int(value["index"]),
+        bus_id="" if _na(value["pci.bus_id"]) else value["pci.bus_id"],
+        name="" if _na(value["name"]) else value["name"],
+        uuid="" if _na(value["uuid"]) else value["uuid"],
+        driver_version="" if _na(value["driver_version"]) else value["driver_version"],
+        persistence_mode=_flag(value["persistence_mode"], "Enabled", "Disabled"),
+        memory_total_mib=_int(value["memory.total"]),
+        memory_used_mib=_int(value["memory.used"]),
+        ecc_enabled=_flag(value["ecc.mode.current"], "Enabled", "Disabled"),
+        ecc_uncorrected_volatile=_int(value["ecc.errors.uncorrected.volatile.total"]),
+        retired_pages_pending=_flag(value["retired_pages.pending"], "Yes", "No"),
+        remapped_rows_pending=_flag(value["remapped_rows.pending"], "Yes", "No"),
+        remapped_rows_failure=_flag(value["remapped_rows.failure"], "Yes", "No"),
+        mig_enabled=_flag(value["mig.mode.current"], "Enabled", "Disabled"),
+    )
+
+
+def parse_xid_line(line: str) -> XidEvent | None:
+    match = _XID_RE.search(line)
+    if match is None:
+        return None
+    return XidEvent(
+        device=match["device"], code=int(match["code"]), detail=(match["detail"] or "").strip()
+    )
+
+
+def _parse_query(lines: list[str], return_code: str) -> tuple[tuple[GpuDevice, ...], str | None]:
+    """GPU rows, and nvidia-smi's error text when it failed (rows of healthy GPUs may remain)."""
+    body = [line for line in lines if line.strip()]
+    gpus = tuple(gpu for gpu in map(parse_query_row, body) if gpu is not None)
+    if return_code == "0" and gpus:
+        return gpus, None
+    problems = [line for line in body if parse_query_row(line) is None]
+    return gpus, "\n".join(problems) or f"nvidia-smi exited {return_code} and listed no GPU"
+
+
+def _parse_fabricmanager(lines: list[str]) -> FabricManager:
+    running = any(
+        line.startswith("process: ") and line.split()[1].rsplit("/", 1)[-1] == "nv-fabricmanager"
+        for line in lines
+        if len(line.split()) > 1
+    )
+    version = None
+    for line in lines:
+        if line.startswith("version: "):
+            match = _VERSION_RE.search(line)
+            if match:
+                version = match.group(0)
+                break
+    return FabricManager(running=running, version=version)
+
+
+def parse_gpu_output(output: list[str]) -> GpuFacts:
+    parts = split_sub_sections(output)
+    driver_present = "query" in parts and "no-nvidia-smi" not in parts
+
+    gpus: tuple[GpuDevice, ...] = ()
+    smi_error = None
+    nvml_version = None
+    if driver_present:
+        return_code = (parts.get("query-rc") or ["missing"])[0]
+        gpus, smi_error = _parse_query(parts["query"], return_code)
+        if gpus:
+            nvml_version = gpus[0].driver_version or None
+        elif smi_error:
+            match = _NVML_LIBRARY_RE.search(smi_error)
+            nvml_version = match["version"] if match else None
+
+    module_version = None
+    for line in parts.get("version", []):
+        match = _VERSION_RE.search(line) if line.startswith("NVRM version:") else None
+        if match:
+            module_version = match.group(0)
+            break
+
+    node_lines = [line.split() for line in parts.get("nodes", [])]
+    device_nodes = tuple(
+        words[-1] for words in node_lines if len(words) > 1 and words[0].startswith("c")
+    )
+
+    persistenced_running = any(
+        line.split()[0].rsplit("/", 1)[-1] == "nvidia-persistenced"
+        for line in parts.get("persistenced", [])
+        if line.split()
+    )
+
+    xid_lines = parts.get("xid", [])
+    source = next((line.split("=", 1)[1] for line in xid_lines if line.startswith("source=")), "none")
+    xids = tuple(event for event in map(parse_xid_line, xid_lines) if event is not None)
+    total_lines = [line for line in xid_lines if line.startswith("xid_total=")]
+    xid_total = int(total_lines[-1].split("=", 1)[1]) if total_lines else len(xids)
+
+    return GpuFacts(
+        driver_present=driver_present,
+        gpus=gpus,
+        nvidia_smi_error=smi_error,
+        module_version=module_version,
+        nvml_version=nvml_version,
+        modules=tuple(line.split()[0] for line in parts.get("modules", []) if line.split()),
+        device_nodes=device_nodes,
+        persistenced_running=persistenced_running,
+        kernel_log_source=None if source == "none" else source,
+        xids=xids,
+        xid_total=max(xid_total, len(xids)),
+        fabricmanager=_parse_fabricmanager(parts["fabricmanager"]) if "fabricmanager" in parts else None,
+    )

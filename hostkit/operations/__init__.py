@@ -1,0 +1,1 @@
+"""pyinfra operations: each reads the host snapshot and yields only the commands that fix what differs."""

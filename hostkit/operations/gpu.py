@@ -1,0 +1,44 @@
+"""Verify the NVIDIA driver and GPUs against the host's policy. Changes nothing.
+
+A failing host must fail alone, at execute time. Raising inside the operation's generator
+does not do that in pyinfra 3.10: `_run_host_op` does not catch it, the host's greenlet
+re-raises it in `_run_single_op`, and the whole run stops. A `FunctionCommand` that
+returns False is an ordinary per-host command failure: pyinfra marks this host failed and
+goes on with the others. A passing host yields nothing, so every run reports no change.
+"""
+
+from __future__ import annotations
+
+from pyinfra import host, logger
+from pyinfra.api import FunctionCommand, Host, State, operation
+
+from hostkit.facts.snapshot import snapshot
+from hostkit.gpu_policy import GpuPolicy, GpuVerdict, evaluate
+from hostkit.profile import HostProfile
+
+
+def gpu_checks_failed(state: State, host: Host, verdict: GpuVerdict) -> bool:
+    """Log every failed check with expected and actual values; False fails this host only."""
+    host.log_styled(verdict.summary, fg="red", log_func=logger.error)
+    for failure in verdict.failures:
+        host.log_styled(f"  {failure}", fg="red", log_func=logger.error)
+    for warning in verdict.warnings:
+        host.log_styled(f"  {warning}", fg="yellow", log_func=logger.warning)
+    return False
+
+
+@operation()
+def verify_gpu(profile: HostProfile | None = None):
+    """
+    Check the NVIDIA driver and every GPU against the profile's `gpu_*` keys.
+
+    + profile: the host's `HostProfile` (None: the defaults, a GPU required)
+    """
+    verdict = evaluate(GpuPolicy.from_profile(profile), snapshot(host, profile).gpu)
+    if not verdict.ok:
+        yield FunctionCommand(gpu_checks_failed, (verdict,), {})
+        return
+    if host.state.is_executing:
+        host.log_styled(f"GPU: {verdict.summary}", fg="green")
+        for warning in verdict.warnings:
+            host.log_styled(f"GPU: {warning}", fg="yellow", log_func=logger.warning)
