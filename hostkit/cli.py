@@ -6,6 +6,9 @@ import click
 
 from hostkit import __version__
 from hostkit.commands.lab import lab
+from hostkit.commands.plan import plan
+from hostkit.commands.rollout import rollout
+from hostkit.commands.verify import verify
 
 
 @click.group()
@@ -15,3 +18,6 @@ def main() -> None:
 
 
 main.add_command(lab)
+main.add_command(plan)
+main.add_command(rollout)
+main.add_command(verify)

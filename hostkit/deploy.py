@@ -36,7 +36,7 @@ def inventory_profiles() -> dict[str, HostProfile]:
 def current_plan() -> tuple[HostProfile, HostPlan]:
     profile = inventory_profiles()[host.name]
     try:
-        plan = plan_host(profile, planning_facts(snapshot(host, profile)))
+        plan = plan_host(profile, planning_facts(snapshot(host, profile)), host_name=host.name)
     except PlanError as error:
         raise PyinfraError(f"cannot plan this host, nothing was changed on any host:\n{error}") from None
     for warning in plan.warnings:

@@ -38,6 +38,21 @@ class KernelPlan(_Plan):
     thp_defrag: str | None = None
 
 
+class VllmSizing(_Plan):
+    """GPU memory arithmetic behind the vLLM settings, per GPU (see hostkit.planner)."""
+
+    model: str
+    tensor_parallel_size: int
+    gpu_memory_utilization: float
+    gpu_memory_bytes: int  # the smallest GPU used
+    weights_bytes_per_gpu: int
+    activation_reserve_bytes: int
+    kv_bytes_per_token: int
+    kv_budget_bytes: int
+    max_model_len: int
+    max_concurrent_at_max_model_len: int
+
+
 class VllmPlan(_Plan):
     enabled: bool
     version: str = ""
@@ -55,6 +70,7 @@ class VllmPlan(_Plan):
     cache_dir: str = "/var/cache/vllm"
     ready_timeout_s: int = 1800
     hardening: str = "standard"  # "standard" | "strict"
+    sizing: VllmSizing | None = None  # None when the model or the GPUs are unknown
 
 
 class HostPlan(_Plan):
@@ -63,4 +79,5 @@ class HostPlan(_Plan):
     swap: SwapPlan
     kernel: KernelPlan
     vllm: VllmPlan
-    warnings: list[str] = Field(default_factory=list)
+    warnings: list[str] = Field(default_factory=list)  # something may go wrong: read before deploying
+    notes: list[str] = Field(default_factory=list)  # why values are what they are

@@ -1,0 +1,148 @@
+"""`hostkit plan`: what hostkit would do to each host, without changing anything.
+
+Exit status: 0 when every host has a plan, 1 when a host's plan cannot work (vLLM would
+refuse to start, the swap file does not fit), 2 for bad input (inventory data, facts file).
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from typing import Any
+
+import click
+from pydantic import ValidationError
+
+from hostkit.planner import PlanError, masked_env, plan_host
+from hostkit.planning_facts import PlanningFacts
+from hostkit.plans import SYSCTL_FILE, THP_UNIT, VLLM_ENV_FILE, VLLM_UNIT, HostPlan
+from hostkit.profile import HostProfile, ProfileError, load_inventory, validate_inventory
+from hostkit.sizes import format_size
+
+
+class InputError(click.ClickException):
+    exit_code = 2
+
+
+def load_facts_file(path: str) -> dict[str, PlanningFacts]:
+    """{host name: PlanningFacts} from a JSON file, as `--facts` takes it."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            raw = json.load(handle)
+    except (OSError, json.JSONDecodeError) as error:
+        raise InputError(f"cannot read facts file {path}: {error}") from None
+    if not isinstance(raw, dict):
+        raise InputError(f"facts file {path}: expected a JSON object {{host name: facts}}")
+    facts, problems = {}, []
+    for name, data in raw.items():
+        try:
+            facts[name] = PlanningFacts.model_validate(data)
+        except ValidationError as error:
+            for detail in error.errors():
+                where = ".".join(str(part) for part in detail["loc"])
+                problems.append(f"facts file {path}: host {name}: {where}: {detail['msg']}")
+    if problems:
+        raise InputError("\n".join(problems))
+    return facts
+
+
+def _gather(inventory: str, limit: tuple[str, ...]) -> dict[str, PlanningFacts]:
+    from hostkit.gather import gather_planning_facts
+
+    return gather_planning_facts(inventory, list(limit) or None)
+
+
+def plan_all(profiles: dict[str, HostProfile], facts: dict[str, PlanningFacts]) -> tuple[dict[str, HostPlan], list[str]]:
+    """Plans by host, and the problems of hosts that cannot be planned."""
+    plans: dict[str, HostPlan] = {}
+    problems: list[str] = []
+    for name, profile in profiles.items():
+        if name not in facts:
+            problems.append(f"host {name}: no facts (unreachable, or missing from the facts file)")
+            continue
+        try:
+            plans[name] = plan_host(profile, facts[name], host_name=name)
+        except PlanError as error:
+            problems.extend(str(issue) for issue in error.issues)
+    return plans, problems
+
+
+def plan_as_json(plan: HostPlan) -> dict[str, Any]:
+    data = plan.model_dump(mode="json")
+    data["vllm"]["env"] = masked_env(plan.vllm.env)
+    return data
+
+
+def plan_as_text(plan: HostPlan) -> str:
+    lines = [f"== {plan.host}"]
+    if plan.nvme is not None:
+        lines.append(f"nvme      {plan.nvme.device}: {plan.nvme.fstype} at {plan.nvme.mount} (formatted only if blank)")
+    swap = plan.swap
+    if swap.enabled:
+        lines.append(f"swap      {swap.path}  {format_size(swap.size_bytes)}  priority {swap.priority}")
+    else:
+        lines.append("swap      none")
+    lines.append(f"          {swap.reason}")
+    sysctl = "  ".join(f"{name} = {value}" for name, value in sorted(plan.kernel.sysctl.items()))
+    lines.append(f"sysctl    {sysctl}  ({SYSCTL_FILE}, conflicts: {plan.kernel.sysctl_conflicts})")
+    lines.append(f"thp       enabled = {plan.kernel.thp_enabled}  defrag = {plan.kernel.thp_defrag}  ({THP_UNIT})")
+    vllm = plan.vllm
+    if not vllm.enabled:
+        lines.append("vllm      disabled")
+    else:
+        limits = [
+            f"{name}={'-' if value is None else format_size(value)}"
+            for name, value in (
+                ("MemoryMax", vllm.memory_max_bytes),
+                ("MemoryHigh", vllm.memory_high_bytes),
+                ("MemorySwapMax", vllm.memory_swap_max_bytes),
+            )
+        ]
+        lines.append(f"unit      {VLLM_UNIT}  User={vllm.user}  {'  '.join(limits)}  (cgroup v{vllm.cgroup_version})")
+        lines.append(f"command   {shlex.join(vllm.argv)}")
+        env = masked_env(vllm.env)
+        if vllm.api_key is not None:
+            env["VLLM_API_KEY"] = "********"
+        lines.append(f"env       {'  '.join(f'{k}={v}' for k, v in sorted(env.items()))}  ({VLLM_ENV_FILE})")
+        if vllm.sizing is not None:
+            s = vllm.sizing
+            lines.append(
+                f"gpu       TP {s.tensor_parallel_size}, {format_size(s.gpu_memory_bytes)}/GPU x {s.gpu_memory_utilization}: "
+                f"weights {format_size(s.weights_bytes_per_gpu)}, KV {format_size(s.kv_budget_bytes)} "
+                f"({s.kv_bytes_per_token // 1024} KiB/token), {s.max_concurrent_at_max_model_len} x {s.max_model_len} tokens"
+            )
+    lines.extend(f"WARNING   {warning}" for warning in plan.warnings)
+    lines.extend(f"note      {note}" for note in plan.notes)
+    return "\n".join(lines)
+
+
+@click.command("plan")
+@click.argument("inventory", type=click.Path(exists=True, dir_okay=False))
+@click.option("--limit", multiple=True, help="Only these hosts or groups (pyinfra --limit patterns); repeatable.")
+@click.option("--format", "output_format", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@click.option(
+    "--facts",
+    "facts_file",
+    type=click.Path(exists=True, dir_okay=False),
+    help="Plan from recorded facts (JSON {host: facts}) instead of connecting to the hosts.",
+)
+def plan(inventory: str, limit: tuple[str, ...], output_format: str, facts_file: str | None) -> None:
+    """Show what hostkit would set up on each host of INVENTORY, and why."""
+    hosts = load_inventory(inventory, limit=list(limit) or None)
+    if not hosts:
+        raise InputError(f"no hosts in {inventory}" + (f" match --limit {' '.join(limit)}" if limit else ""))
+    try:
+        profiles = validate_inventory(hosts)
+    except ProfileError as error:
+        raise InputError(f"invalid inventory data:\n{error}") from None
+    facts = load_facts_file(facts_file) if facts_file else _gather(inventory, limit)
+    plans, problems = plan_all(profiles, facts)
+
+    if output_format == "json":
+        click.echo(json.dumps({name: plan_as_json(p) for name, p in plans.items()}, indent=2))
+    elif plans:
+        click.echo("\n\n".join(plan_as_text(p) for p in plans.values()))
+    if problems:
+        click.echo("cannot plan:\n" + "\n".join(problems), err=True)
+        sys.exit(1)

@@ -1,0 +1,573 @@
+"""From a validated host profile and the host's facts to what hostkit will make true.
+
+Pure: no I/O. `plan_host` raises PlanError for plans that cannot work (vLLM would refuse
+to start, the swap file does not fit); everything else it cannot vouch for becomes a
+warning, and every value it chose for you gets a note saying why.
+
+Rules, so that `hostkit plan` output can be checked by hand:
+- swap_size "auto": 1x RAM clamped to [8 GiB, 16 GiB], capped to the filesystem's free
+  space (an existing hostkit swap file at the same path counts as free) minus a reserve
+  of max(1 GiB, 5% of the filesystem).
+- swap_dir "auto": the NVMe device named by nvme_device when it is blank or already
+  mounted at nvme_mount, else the mounted NVMe-backed filesystem with the most free space.
+- vllm_memory_max "auto": RAM minus max(10% of RAM, min(2 GiB, half of RAM)) for the OS
+  and sshd. vllm_memory_high "auto": MemoryMax minus max(5%, min(1 GiB, 10%)) of it, so
+  the kernel reclaims before the hard limit kills. vllm_memory_swap_max "auto": half the
+  hostkit swap file (the other half stays for the rest of the host), 0 without swap.
+  MemoryHigh= and MemorySwapMax= are cgroup v2 only.
+- vLLM sizing, per GPU: KV bytes/token = 2 x layers x max(1, kv_heads // TP) x head_dim
+  x KV dtype bytes; KV budget = GPU memory x utilization - weights / TP + cpu_offload_gb
+  - a 2 GiB reserve for activations and CUDA graphs. max_num_seqs "auto" = how many
+  requests of max_model_len fit, at most 256. Chunked prefill "auto" turns on above 8192
+  tokens of context, with max_num_batched_tokens "auto" = 8192 (the field-tested value).
+"""
+
+from __future__ import annotations
+
+import posixpath
+from dataclasses import dataclass, field
+
+from hostkit import model_catalog
+from hostkit.model_catalog import ModelConfigError, ModelSpec
+from hostkit.planning_facts import FilesystemFact, NvmeDeviceFact, PlanningFacts
+from hostkit.plans import SWAP_FILE_NAME, HostPlan, KernelPlan, NvmePlan, SwapPlan, VllmPlan, VllmSizing
+from hostkit.profile import HostProfile, mask
+from hostkit.sizes import GIB, MIB, format_size
+from hostkit.vllm_flags import FlagError, flags_for, known_versions, parse_version, render_flags
+
+SWAP_AUTO_MIN = 8 * GIB
+SWAP_AUTO_MAX = 16 * GIB
+SWAP_MIN = 1 * GIB
+ACTIVATION_RESERVE = 2 * GIB
+LONG_CONTEXT_TOKENS = 8192
+CHUNKED_PREFILL_BATCH_TOKENS = 8192
+AUTO_MAX_NUM_SEQS_CAP = 256
+# Filesystems a swap file cannot live on (or should not).
+SWAP_REFUSED_FSTYPES = {"zfs", "nfs", "nfs4", "cifs", "smb3", "tmpfs", "ramfs", "overlay", "squashfs", "fuse"}
+DEFAULT_CACHE_DIR = "/var/cache/vllm"
+# Host RAM per vLLM instance, from the field notes: low and high ends of the observed range.
+RAM_PER_GPU_PROCESS = (2 * GIB, 4 * GIB)
+RAM_FRONTEND = (2 * GIB, 3 * GIB)
+# Weight bytes per parameter for quantization methods whose size is known.
+QUANT_BYTES_PER_PARAM = {
+    "fp8": 1.0,
+    "fbgemm_fp8": 1.0,
+    "ptpc_fp8": 1.0,
+    "experts_int8": 1.0,
+    "awq": 0.5,
+    "awq_marlin": 0.5,
+    "gptq": 0.5,
+    "gptq_marlin": 0.5,
+    "marlin": 0.5,
+}
+KV_DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1, "fp8_inc": 1}
+
+
+@dataclass(frozen=True)
+class PlanIssue:
+    host: str
+    key: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"host {self.host}: {self.key}: {self.reason}"
+
+
+class PlanError(Exception):
+    def __init__(self, issues: list[PlanIssue]):
+        self.issues = list(issues)
+        super().__init__("\n".join(str(issue) for issue in self.issues))
+
+
+@dataclass
+class _Findings:
+    host: str
+    issues: list[PlanIssue] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def refuse(self, key: str, reason: str) -> None:
+        self.issues.append(PlanIssue(self.host, key, reason))
+
+
+def plan_host(profile: HostProfile, facts: PlanningFacts, host_name: str = "this host") -> HostPlan:
+    """The plan for one host; PlanError lists everything that cannot work."""
+    found = _Findings(host_name)
+    nvme = _plan_nvme(profile, facts, found)
+    swap = _plan_swap(profile, facts, nvme, found)
+    kernel = KernelPlan(
+        sysctl=dict(profile.sysctl),
+        sysctl_conflicts=profile.sysctl_conflicts,
+        thp_enabled=profile.thp_enabled,
+        thp_defrag=profile.thp_defrag,
+    )
+    vllm = _plan_vllm(profile, facts, nvme, swap, found)
+    if found.issues:
+        raise PlanError(found.issues)
+    return HostPlan(
+        host=host_name, nvme=nvme, swap=swap, kernel=kernel, vllm=vllm, warnings=found.warnings, notes=found.notes
+    )
+
+
+# --- NVMe and swap -------------------------------------------------------------------
+
+
+def _plan_nvme(p: HostProfile, facts: PlanningFacts, found: _Findings) -> NvmePlan | None:
+    if p.nvme_device is None:
+        return None
+    device = next((d for d in facts.nvme_devices if d.path == p.nvme_device), None)
+    if device is None:
+        seen = ", ".join(d.path for d in facts.nvme_devices) or "none"
+        found.refuse("nvme_device", f"{p.nvme_device} is not on this host (NVMe devices: {seen})")
+        return None
+    mount = posixpath.normpath(p.nvme_mount)
+    if device.is_blank:
+        found.notes.append(f"{device.path} is blank: it gets an ext4 filesystem mounted at {mount}")
+        return NvmePlan(device=device.path, mount=mount)
+    if mount in device.mountpoints:
+        return NvmePlan(device=device.path, mount=mount)
+    holds = ", ".join(device.signatures) or "partitions"
+    where = f"mounted at {', '.join(device.mountpoints)}" if device.mountpoints else "not mounted"
+    found.refuse(
+        "nvme_device",
+        f"{device.path} holds {holds} and is {where}, not at {mount}: hostkit formats only blank devices. "
+        "Wipe it, mount it at nvme_mount yourself, or unset nvme_device",
+    )
+    return None
+
+
+@dataclass(frozen=True)
+class _SwapTarget:
+    directory: str
+    mountpoint: str
+    fstype: str
+    size_bytes: int
+    avail_bytes: int
+    why: str
+
+
+def _fs_for(path: str, filesystems: list[FilesystemFact]) -> FilesystemFact | None:
+    """The filesystem holding `path`: the mount with the longest matching mountpoint."""
+    path = posixpath.normpath(path)
+    best = None
+    for fs in filesystems:
+        mount = posixpath.normpath(fs.mountpoint)
+        if path == mount or path.startswith(mount.rstrip("/") + "/"):
+            if best is None or len(mount) > len(posixpath.normpath(best.mountpoint)):
+                best = fs
+    return best
+
+
+def _best_nvme_fs(facts: PlanningFacts) -> FilesystemFact | None:
+    usable = [fs for fs in facts.filesystems if fs.on_nvme and fs.fstype not in SWAP_REFUSED_FSTYPES]
+    return max(usable, key=lambda fs: fs.avail_bytes, default=None)
+
+
+def _nvme_target(nvme: NvmePlan, facts: PlanningFacts, directory: str, why: str) -> _SwapTarget:
+    mounted = next((fs for fs in facts.filesystems if posixpath.normpath(fs.mountpoint) == nvme.mount), None)
+    if mounted is not None:
+        return _SwapTarget(directory, nvme.mount, mounted.fstype, mounted.size_bytes, mounted.avail_bytes, why)
+    device: NvmeDeviceFact = next(d for d in facts.nvme_devices if d.path == nvme.device)
+    return _SwapTarget(directory, nvme.mount, nvme.fstype, device.size_bytes, device.size_bytes, why)
+
+
+def _swap_target(p: HostProfile, facts: PlanningFacts, nvme: NvmePlan | None, found: _Findings) -> _SwapTarget | None:
+    if p.swap_dir != "auto":
+        directory = posixpath.normpath(p.swap_dir)
+        if nvme is not None and (directory == nvme.mount or directory.startswith(nvme.mount + "/")):
+            return _nvme_target(nvme, facts, directory, f"swap_dir {directory} is on {nvme.device}")
+        fs = _fs_for(directory, facts.filesystems)
+        if fs is None:
+            found.refuse("swap_dir", f"no mounted filesystem holds {directory}")
+            return None
+        return _SwapTarget(directory, fs.mountpoint, fs.fstype, fs.size_bytes, fs.avail_bytes, f"swap_dir is {directory}")
+    if nvme is not None:
+        return _nvme_target(nvme, facts, nvme.mount, f"swap_dir auto: the NVMe device {nvme.device} at {nvme.mount}")
+    fs = _best_nvme_fs(facts)
+    if fs is None:
+        found.refuse(
+            "swap_dir",
+            "swap_dir is auto but no NVMe-backed filesystem is mounted and nvme_device names no blank NVMe device. "
+            "Set swap_dir to an absolute directory on a local SSD (e.g. swap_dir = \"/var/lib/swap\"), "
+            "or set nvme_device to a blank NVMe device (e.g. nvme_device = \"/dev/nvme1n1\")",
+        )
+        return None
+    return _SwapTarget(
+        fs.mountpoint, fs.mountpoint, fs.fstype, fs.size_bytes, fs.avail_bytes,
+        f"swap_dir auto: {fs.mountpoint} is the NVMe-backed filesystem with the most free space",
+    )
+
+
+def _plan_swap(p: HostProfile, facts: PlanningFacts, nvme: NvmePlan | None, found: _Findings) -> SwapPlan:
+    if not p.swap_enabled:
+        return SwapPlan(enabled=False, priority=p.swap_priority, reason="swap_enabled is false")
+    target = _swap_target(p, facts, nvme, found)
+    if target is None:
+        return SwapPlan(enabled=True, priority=p.swap_priority, reason="no usable directory")
+    if target.fstype in SWAP_REFUSED_FSTYPES or target.fstype.startswith("fuse"):
+        found.refuse("swap_dir", f"{target.directory} is on {target.fstype}, which cannot hold a swap file")
+        return SwapPlan(enabled=True, priority=p.swap_priority, reason="unusable filesystem")
+    path = posixpath.join(target.directory, SWAP_FILE_NAME)
+    existing = sum(s.size_bytes for s in facts.swaps if s.path == path)
+    reserve = max(GIB, target.size_bytes // 20)
+    usable = target.avail_bytes + existing - reserve
+    room = (
+        f"{format_size(target.avail_bytes + existing)} free on {target.mountpoint}"
+        f" ({target.fstype}), {format_size(reserve)} kept spare"
+    )
+    others = [s for s in facts.swaps if s.path != path]
+    if others:
+        listed = ", ".join(f"{s.path} ({format_size(s.size_bytes)})" for s in others)
+        found.notes.append(f"other swap already active: {listed}; hostkit adds {path} at priority {p.swap_priority}")
+
+    if p.swap_size == "auto":
+        wanted = min(max(facts.ram_total_bytes, SWAP_AUTO_MIN), SWAP_AUTO_MAX)
+        size = _round_down(min(wanted, usable), MIB)
+        if size < SWAP_MIN:
+            found.refuse("swap_size", f"auto: less than {format_size(SWAP_MIN)} fits in {target.directory} ({room})")
+            return SwapPlan(enabled=True, path=path, priority=p.swap_priority, reason="no room")
+        reason = f"auto: 1x RAM ({format_size(facts.ram_total_bytes)}) clamped to 8G-16G = {format_size(wanted)}"
+        if size < wanted:
+            reason += f", capped to {format_size(size)} by free space ({room})"
+    else:
+        size = p.swap_size
+        if size < SWAP_MIN:
+            found.refuse("swap_size", f"{format_size(size)} is below {format_size(SWAP_MIN)}; set swap_enabled = False for no swap")
+        elif size > usable:
+            found.refuse("swap_size", f"{format_size(size)} does not fit in {target.directory} ({room})")
+        reason = f"swap_size {format_size(size)}"
+    reason += f"; {target.why}"
+    if target.fstype == "btrfs":
+        found.notes.append(f"{target.directory} is btrfs: the swap file must be NOCOW")
+    return SwapPlan(enabled=True, path=path, size_bytes=size, priority=p.swap_priority, reason=reason)
+
+
+def _round_down(value: int, unit: int) -> int:
+    return max(0, value) // unit * unit
+
+
+# --- vLLM ------------------------------------------------------------------------------
+
+
+def _plan_vllm(
+    p: HostProfile, facts: PlanningFacts, nvme: NvmePlan | None, swap: SwapPlan, found: _Findings
+) -> VllmPlan:
+    if not p.vllm_enabled:
+        return VllmPlan(enabled=False, version=p.vllm_version, user=p.vllm_user, cgroup_version=facts.cgroup_version)
+    _note_flag_source(p.vllm_version, found)
+    memory_max, memory_high, memory_swap_max = _memory_limits(p, facts, swap, found)
+    tp = p.vllm_tensor_parallel_size or 1
+    spec = _model_spec(p, facts, found)
+    sizing = _size_gpu(p, facts, spec, tp, found)
+    _check_host_ram(p, tp, memory_max, facts, found)
+
+    cache_dir = _cache_dir(nvme, facts)
+    env = {"HF_HOME": f"{cache_dir}/huggingface", "VLLM_CACHE_ROOT": f"{cache_dir}/vllm", **p.vllm_env}
+    return VllmPlan(
+        enabled=True,
+        version=p.vllm_version,
+        user=p.vllm_user,
+        argv=_argv(p, spec, sizing, found),
+        env=env,
+        api_key=p.vllm_api_key,
+        memory_max_bytes=memory_max,
+        memory_high_bytes=memory_high,
+        memory_swap_max_bytes=memory_swap_max,
+        cgroup_version=facts.cgroup_version,
+        host=p.vllm_host,
+        port=p.vllm_port,
+        served_model_name=p.served_model_name,
+        cache_dir=cache_dir,
+        ready_timeout_s=p.vllm_ready_timeout,
+        hardening=p.vllm_hardening,
+        sizing=sizing,
+    )
+
+
+def _note_flag_source(version: str, found: _Findings) -> None:
+    recorded = flags_for(version).recorded
+    newest = known_versions()[-1]
+    if parse_version(version)[:3] > parse_version(newest)[:3]:
+        found.warnings.append(
+            f"vLLM {version} is newer than {newest}, the newest release whose options hostkit knows: "
+            f"the command line uses only options {newest} has; check it with `vllm serve --help`"
+        )
+    elif recorded != version:
+        found.notes.append(f"vLLM {version}: options taken from {recorded}, the nearest recorded release at or below it")
+
+
+def _memory_limits(
+    p: HostProfile, facts: PlanningFacts, swap: SwapPlan, found: _Findings
+) -> tuple[int | None, int | None, int | None]:
+    ram = facts.ram_total_bytes
+    memory_max = p.vllm_memory_max
+    if memory_max == "auto":
+        headroom = max(ram // 10, min(2 * GIB, ram // 2))
+        memory_max = _round_down(ram - headroom, MIB)
+        found.notes.append(
+            f"MemoryMax {format_size(memory_max)}: RAM {format_size(ram)} minus {format_size(headroom)} for the OS and sshd"
+        )
+    elif memory_max is None:
+        found.warnings.append("vllm_memory_max is null: vLLM runs without a memory limit, so an OOM hits the whole host")
+    elif memory_max > ram:
+        found.warnings.append(f"vllm_memory_max {format_size(memory_max)} exceeds RAM {format_size(ram)}: it limits nothing")
+
+    if facts.cgroup_version == 1:
+        for key in ("vllm_memory_high", "vllm_memory_swap_max"):
+            if getattr(p, key) not in ("auto", None):
+                found.warnings.append(f"{key} is ignored: this host uses cgroup v1, where only MemoryMax= applies")
+        found.notes.append("cgroup v1: no MemoryHigh= or MemorySwapMax= (cgroup v2 only)")
+        return memory_max, None, None
+
+    memory_high = p.vllm_memory_high
+    if memory_high == "auto":
+        if memory_max is None:
+            memory_high = None
+        else:
+            gap = max(memory_max // 20, min(GIB, memory_max // 10))
+            memory_high = _round_down(memory_max - gap, MIB)
+            found.notes.append(f"MemoryHigh {format_size(memory_high)}: reclaim starts {format_size(gap)} below MemoryMax")
+    elif memory_high is not None and memory_max is not None and memory_high > memory_max:
+        found.refuse(
+            "vllm_memory_high",
+            f"{format_size(memory_high)} is above MemoryMax {format_size(memory_max)}; lower it or set vllm_memory_max",
+        )
+
+    memory_swap_max = p.vllm_memory_swap_max
+    if memory_swap_max == "auto":
+        if swap.enabled:
+            memory_swap_max = _round_down(swap.size_bytes // 2, MIB)
+            found.notes.append(
+                f"MemorySwapMax {format_size(memory_swap_max)}: half the swap file; the rest stays for the rest of the host"
+            )
+        else:
+            memory_swap_max = 0
+            found.notes.append("MemorySwapMax 0: hostkit plans no swap, so vLLM gets none")
+    return memory_max, memory_high, memory_swap_max
+
+
+def _model_spec(p: HostProfile, facts: PlanningFacts, found: _Findings) -> ModelSpec | None:
+    model = p.vllm_model or ""
+    if p.model_is_local_dir:
+        if facts.model_config_json is None:
+            found.warnings.append(f"{model}/config.json was not read: GPU memory sizing skipped")
+            return None
+        try:
+            return model_catalog.spec_from_hf_config(model, facts.model_config_json)
+        except ModelConfigError as error:
+            found.warnings.append(f"{error}: GPU memory sizing skipped")
+            return None
+    spec = model_catalog.lookup(model)
+    if spec is None:
+        found.warnings.append(f"{model} is not in hostkit's model table: GPU memory sizing skipped")
+    return spec
+
+
+def _weight_bytes_per_param(p: HostProfile, spec: ModelSpec) -> float | None:
+    if p.vllm_quantization:
+        return QUANT_BYTES_PER_PARAM.get(p.vllm_quantization)
+    if p.vllm_dtype in (None, "auto"):
+        return spec.dtype_bytes
+    return model_catalog.DTYPE_BYTES.get(p.vllm_dtype)
+
+
+def _kv_dtype_bytes(p: HostProfile, spec: ModelSpec) -> int | None:
+    if p.vllm_kv_cache_dtype in (None, "auto"):
+        if p.vllm_dtype in (None, "auto"):
+            return spec.dtype_bytes
+        return model_catalog.DTYPE_BYTES.get(p.vllm_dtype)
+    return KV_DTYPE_BYTES.get(p.vllm_kv_cache_dtype)
+
+
+def _size_gpu(p: HostProfile, facts: PlanningFacts, spec: ModelSpec | None, tp: int, found: _Findings) -> VllmSizing | None:
+    if spec is not None and spec.attention_heads % tp:
+        found.refuse(
+            "vllm_tensor_parallel_size",
+            f"{tp} does not divide the {spec.attention_heads} attention heads of {spec.name}; vLLM refuses to start",
+        )
+        return None
+    if not facts.gpus:
+        found.warnings.append("no GPUs seen on this host: GPU memory checks skipped")
+        return None
+    if tp > len(facts.gpus):
+        found.refuse("vllm_tensor_parallel_size", f"{tp} GPUs needed, the host has {len(facts.gpus)}")
+        return None
+    flag_set = flags_for(p.vllm_version)
+    utilization = p.vllm_gpu_memory_utilization or flag_set.default("--gpu-memory-utilization")
+    used_gpus = sorted(facts.gpus, key=lambda g: g.index)[:tp]
+    for gpu in used_gpus:
+        total, free = gpu.memory_total_mib * MIB, (gpu.memory_total_mib - gpu.memory_used_mib) * MIB
+        if free < total * utilization:
+            fits = int(free / total * 100) / 100
+            found.refuse(
+                "vllm_gpu_memory_utilization",
+                f"GPU {gpu.index} has {format_size(free)} free, but {utilization} x {format_size(total)} = "
+                f"{format_size(int(total * utilization))} must be free at start-up; vLLM refuses to start. "
+                f"Lower it to {fits} or stop what uses the GPU",
+            )
+    if spec is None:
+        return None
+    weight_bytes = _weight_bytes_per_param(p, spec)
+    kv_bytes = _kv_dtype_bytes(p, spec)
+    if weight_bytes is None or kv_bytes is None:
+        found.warnings.append("weight or KV cache dtype size unknown for these settings: KV cache sizing skipped")
+        return None
+
+    gpu_memory = min(g.memory_total_mib for g in used_gpus) * MIB
+    offload = int((p.vllm_cpu_offload_gb or 0) * GIB)
+    weights_per_gpu = max(0, spec.weight_bytes(weight_bytes) // tp - offload)
+    budget = int(gpu_memory * utilization) - weights_per_gpu - ACTIVATION_RESERVE
+    per_token = spec.kv_bytes_per_token(tp, kv_bytes)
+    max_model_len = p.vllm_max_model_len or spec.max_position_embeddings
+    fit_tokens = max(0, budget) // per_token
+    arithmetic = (
+        f"{utilization} x {format_size(gpu_memory)} - weights {format_size(weights_per_gpu)}"
+        f" - reserve {format_size(ACTIVATION_RESERVE)} = {format_size(max(0, budget))} for KV cache per GPU,"
+        f" at {per_token // 1024} KiB/token"
+    )
+    if fit_tokens < max_model_len:
+        key = "vllm_max_model_len" if fit_tokens > 0 else "vllm_gpu_memory_utilization"
+        found.refuse(
+            key,
+            f"one request of {max_model_len} tokens does not fit in the KV cache ({arithmetic} = {fit_tokens} tokens); "
+            "vLLM refuses to start. Lower vllm_max_model_len, raise vllm_tensor_parallel_size or "
+            "vllm_gpu_memory_utilization, or use vllm_kv_cache_dtype fp8",
+        )
+        return None
+    concurrent = fit_tokens // max_model_len
+    found.notes.append(f"KV cache: {arithmetic} = {fit_tokens} tokens, {concurrent} requests of {max_model_len} tokens")
+    return VllmSizing(
+        model=spec.name,
+        tensor_parallel_size=tp,
+        gpu_memory_utilization=utilization,
+        gpu_memory_bytes=gpu_memory,
+        weights_bytes_per_gpu=weights_per_gpu,
+        activation_reserve_bytes=ACTIVATION_RESERVE,
+        kv_bytes_per_token=per_token,
+        kv_budget_bytes=budget,
+        max_model_len=max_model_len,
+        max_concurrent_at_max_model_len=concurrent,
+    )
+
+
+def _check_host_ram(p: HostProfile, tp: int, memory_max: int | None, facts: PlanningFacts, found: _Findings) -> None:
+    low = RAM_PER_GPU_PROCESS[0] * tp + RAM_FRONTEND[0]
+    high = RAM_PER_GPU_PROCESS[1] * tp + RAM_FRONTEND[1]
+    parts = [f"{tp} GPU process(es) and the frontend"]
+    if parse_version(p.vllm_version)[:3] < (0, 8, 0):
+        # The V0 engine pins --swap-space GiB of host memory per GPU; V1 (default from 0.8) ignores it.
+        swap_space = p.vllm_swap_space if p.vllm_swap_space is not None else flags_for(p.vllm_version).default("--swap-space")
+        pinned = int((swap_space or 0) * GIB) * tp
+        low, high = low + pinned, high + pinned
+        parts.append(f"--swap-space {swap_space} GiB x {tp} pinned")
+    if p.vllm_cpu_offload_gb:
+        offload = int(p.vllm_cpu_offload_gb * GIB) * tp
+        low, high = low + offload, high + offload
+        parts.append(f"--cpu-offload-gb {p.vllm_cpu_offload_gb} x {tp}")
+    estimate = f"vLLM needs about {format_size(low)}-{format_size(high)} of host RAM ({', '.join(parts)})"
+    if memory_max is not None and high > memory_max:
+        found.warnings.append(
+            f"{estimate}, more than MemoryMax {format_size(memory_max)}: the unit may be OOM-killed. "
+            "Measure the unit's memory.peak under load and adjust"
+        )
+    elif high > facts.ram_total_bytes:
+        found.warnings.append(f"{estimate}, more than the host's RAM {format_size(facts.ram_total_bytes)}")
+    else:
+        found.notes.append(estimate)
+
+
+def _cache_dir(nvme: NvmePlan | None, facts: PlanningFacts) -> str:
+    if nvme is not None:
+        return f"{nvme.mount}/vllm-cache"
+    fs = _best_nvme_fs(facts)
+    if fs is not None and posixpath.normpath(fs.mountpoint) != "/":
+        return f"{posixpath.normpath(fs.mountpoint)}/vllm-cache"
+    return DEFAULT_CACHE_DIR
+
+
+def _engine_settings(p: HostProfile, spec: ModelSpec | None, sizing: VllmSizing | None, found: _Findings) -> dict:
+    """{option: value} for the engine keys, with "auto" resolved (None = not passed)."""
+    max_model_len = p.vllm_max_model_len or (spec.max_position_embeddings if spec else None)
+
+    seqs = p.vllm_max_num_seqs
+    if seqs == "auto":
+        if sizing is None:
+            seqs = None
+            found.warnings.append("vllm_max_num_seqs auto: model or GPUs unknown, left to vLLM's default")
+        else:
+            cap = AUTO_MAX_NUM_SEQS_CAP
+            if isinstance(p.vllm_max_num_batched_tokens, int):
+                cap = min(cap, p.vllm_max_num_batched_tokens)  # vLLM refuses more sequences than batch tokens
+            seqs = max(1, min(cap, sizing.max_concurrent_at_max_model_len))
+            found.notes.append(
+                f"max_num_seqs {seqs}: requests of {sizing.max_model_len} tokens that fit in the KV cache (at most {cap})"
+            )
+
+    chunked = p.vllm_enable_chunked_prefill
+    if chunked == "auto":
+        if max_model_len is None:
+            chunked = None
+            found.warnings.append("vllm_enable_chunked_prefill auto: context length unknown, left to vLLM's default")
+        else:
+            chunked = max_model_len > LONG_CONTEXT_TOKENS
+            found.notes.append(
+                f"chunked prefill {'on' if chunked else 'off'}: context {max_model_len} tokens"
+                f" {'>' if chunked else '<='} {LONG_CONTEXT_TOKENS}"
+            )
+
+    batched = p.vllm_max_num_batched_tokens
+    if batched == "auto":
+        floor = seqs if isinstance(seqs, int) else 0
+        # From 0.8 the V1 engine always prefills in chunks unless told not to.
+        v1_chunks = chunked is None and parse_version(p.vllm_version)[:3] >= (0, 8, 0)
+        if chunked is True or v1_chunks:
+            batched = max(CHUNKED_PREFILL_BATCH_TOKENS, floor)
+            found.notes.append(f"max_num_batched_tokens {batched}: prompts are prefilled in chunks of this size")
+        elif max_model_len is not None:
+            batched = max(max_model_len, floor)
+            found.notes.append(f"max_num_batched_tokens {batched}: without chunked prefill a whole prompt fits one batch")
+        else:
+            batched = None
+            found.warnings.append("vllm_max_num_batched_tokens auto: context length unknown, left to vLLM's default")
+
+    return {
+        "--tensor-parallel-size": p.vllm_tensor_parallel_size,
+        "--gpu-memory-utilization": p.vllm_gpu_memory_utilization,
+        "--max-model-len": p.vllm_max_model_len,
+        "--max-num-seqs": seqs,
+        "--enable-chunked-prefill": chunked,
+        "--max-num-batched-tokens": batched,
+        "--dtype": p.vllm_dtype,
+        "--quantization": p.vllm_quantization,
+        "--kv-cache-dtype": p.vllm_kv_cache_dtype,
+        "--cpu-offload-gb": p.vllm_cpu_offload_gb,
+        "--swap-space": p.vllm_swap_space,
+    }
+
+
+def _argv(p: HostProfile, spec: ModelSpec | None, sizing: VllmSizing | None, found: _Findings) -> list[str]:
+    version = p.vllm_version
+    model = p.vllm_model or ""
+    if flags_for(version).entry_point == "serve":
+        head = [p.vllm_command, "serve", model]
+    else:
+        head = [p.vllm_command, "-m", "vllm.entrypoints.openai.api_server", "--model", model]
+    options = {
+        "--host": p.vllm_host,
+        "--port": p.vllm_port,
+        "--served-model-name": p.served_model_name,
+        **_engine_settings(p, spec, sizing, found),
+    }
+    try:
+        words = render_flags(version, options)
+        for option, value in p.vllm_extra_args.items():
+            words.extend(render_flags(version, {option: value}))
+    except FlagError as error:
+        found.refuse("vllm_version", str(error))
+        return head
+    return head + words
+
+
+def masked_env(env: dict[str, str]) -> dict[str, str]:
+    """`env` with the values of secret-looking names hidden, for display."""
+    return {name: mask(name, value) for name, value in env.items()}

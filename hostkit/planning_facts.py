@@ -1,0 +1,63 @@
+"""What the planner needs to know about a host, as plain JSON-serialisable data.
+
+Gathered from a host snapshot (hostkit.gather) or loaded from a recorded file
+(`hostkit plan --facts FILE`, a JSON object {host name: PlanningFacts}).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Facts(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class FilesystemFact(_Facts):
+    mountpoint: str
+    device: str
+    fstype: str
+    on_nvme: bool
+    size_bytes: int
+    avail_bytes: int
+
+
+class NvmeDeviceFact(_Facts):
+    path: str  # e.g. /dev/nvme0n1
+    size_bytes: int
+    signatures: list[str] = Field(default_factory=list)  # filesystem/partition-table types; empty = blank
+    mountpoints: list[str] = Field(default_factory=list)  # of the device and its partitions
+
+    @property
+    def is_blank(self) -> bool:
+        return not self.signatures and not self.mountpoints
+
+
+class SwapFact(_Facts):
+    path: str
+    size_bytes: int
+    used_bytes: int
+    priority: int
+
+
+class GpuFact(_Facts):
+    index: int
+    name: str
+    memory_total_mib: int
+    memory_used_mib: int
+
+
+class PlanningFacts(_Facts):
+    ram_total_bytes: int
+    ram_available_bytes: int
+    cpu_count: int
+    cgroup_version: int  # 1 or 2
+    systemd_version: int | None = None
+    filesystems: list[FilesystemFact] = Field(default_factory=list)
+    nvme_devices: list[NvmeDeviceFact] = Field(default_factory=list)
+    swaps: list[SwapFact] = Field(default_factory=list)
+    gpus: list[GpuFact] = Field(default_factory=list)
+    # Contents of <vllm_model>/config.json on the host, when vllm_model is a local directory.
+    model_config_json: dict[str, Any] | None = None

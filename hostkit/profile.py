@@ -1,0 +1,565 @@
+"""The host profile: hostkit's inventory data for one host, validated.
+
+Field names are exactly the inventory data keys. Sizes arrive as strings ("16G") and
+are held as int bytes. `profile_from_data` is the full check: it refuses misspelt
+hostkit keys, checks each field, then checks what vLLM would refuse at start-up
+(options the release lacks, inconsistent engine settings). Building a `HostProfile`
+directly checks fields only.
+"""
+
+from __future__ import annotations
+
+import difflib
+import ipaddress
+import os
+import posixpath
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from pydantic_core import PydanticCustomError
+
+from hostkit import model_catalog
+from hostkit.sizes import SizeError, format_size, parse_size
+from hostkit.vllm_flags import (
+    DOCUMENTED_REMOVALS,
+    ENGINE_OPTIONS,
+    OLDEST_SUPPORTED,
+    RESERVED_OPTIONS,
+    FlagError,
+    flags_for,
+    parse_version,
+    render_flags,
+)
+
+DEFAULT_SYSCTL = {"vm.swappiness": "10"}
+HOSTKIT_PREFIXES = ("swap_", "thp_", "gpu_", "vllm_", "nvme_", "sysctl")
+SIZE_KEYS = ("swap_size", "vllm_memory_max", "vllm_memory_high", "vllm_memory_swap_max")
+SECRET_ENV = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
+
+_SYSCTL_NAME = re.compile(r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_:-]+)+$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_USER_NAME = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
+_HOST_NAME = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$")
+_DRIVER_VERSION = re.compile(r"^\d+(\.\d+){0,2}$")
+
+# What each key accepts, worded for error messages.
+ALLOWED: dict[str, str] = {
+    "swap_enabled": "true or false",
+    "swap_size": "'auto' or a binary size such as '16G'",
+    "swap_dir": "'auto' or an absolute directory path without whitespace",
+    "swap_priority": "0-32767",
+    "nvme_device": "null or a device path under /dev/, e.g. /dev/nvme0n1",
+    "nvme_mount": "an absolute path other than / without whitespace",
+    "sysctl": "a mapping of sysctl names (e.g. vm.swappiness) to values",
+    "sysctl_conflicts": "'error' or 'warn'",
+    "thp_enabled": "'always', 'madvise' or 'never'",
+    "thp_defrag": "'always', 'defer', 'defer+madvise', 'madvise' or 'never'",
+    "gpu_required": "true or false",
+    "gpu_count": "null or a whole number >= 1",
+    "gpu_min_driver": "null or a driver version such as '550.54.15'",
+    "gpu_require_persistence": "true or false",
+    "gpu_max_ecc_uncorrected": "a whole number >= 0",
+    "gpu_max_retired_pages_pending": "a whole number >= 0",
+    "gpu_max_remapped_rows_pending": "a whole number >= 0",
+    "gpu_tolerated_xids": "a list of Xid numbers (whole numbers >= 1)",
+    "vllm_enabled": "true or false",
+    "vllm_version": f"a vLLM release such as 0.33.0 or 0.8.5.post1, at least {OLDEST_SUPPORTED}",
+    "vllm_command": "an absolute path",
+    "vllm_model": "a Hugging Face model id or an absolute directory path",
+    "vllm_served_model_name": "null or a non-empty name",
+    "vllm_host": "an IP address or host name",
+    "vllm_port": "1-65535",
+    "vllm_gpu_memory_utilization": "null or a number in (0, 1]",
+    "vllm_max_num_seqs": "null, 'auto' or a whole number >= 1",
+    "vllm_max_model_len": "null or a whole number >= 1",
+    "vllm_enable_chunked_prefill": "null, 'auto', true or false",
+    "vllm_max_num_batched_tokens": "null, 'auto' or a whole number >= 1",
+    "vllm_tensor_parallel_size": "null or a whole number >= 1",
+    "vllm_dtype": "null or a dtype the vLLM release accepts",
+    "vllm_quantization": "null or a quantization method the vLLM release accepts",
+    "vllm_kv_cache_dtype": "null or a KV cache dtype the vLLM release accepts",
+    "vllm_cpu_offload_gb": "null or a number >= 0",
+    "vllm_swap_space": "null or a number >= 0",
+    "vllm_extra_args": "a mapping of vLLM option strings (e.g. '--block-size') to a value, true, or a list",
+    "vllm_env": "a mapping of environment variable names to string or number values",
+    "vllm_api_key": "null or a non-empty string",
+    "vllm_memory_max": "'auto', null (no limit) or a binary size such as '48G'",
+    "vllm_memory_high": "'auto', null (no limit) or a binary size such as '44G'",
+    "vllm_memory_swap_max": "'auto', null (no limit) or a binary size such as '8G' or '0'",
+    "vllm_user": "a non-root user name (lower case, up to 32 characters)",
+    "vllm_ready_timeout": "a whole number of seconds >= 1",
+    "vllm_hardening": "'standard' or 'strict'",
+}
+
+PositiveInt = Annotated[int, Field(ge=1)]
+NonNegativeInt = Annotated[int, Field(ge=0)]
+Size = Annotated[int, Field(ge=0)]
+
+
+def _invalid(allowed: str, **ctx: Any) -> PydanticCustomError:
+    return PydanticCustomError("hostkit", "{allowed}", {"allowed": allowed, **ctx})
+
+
+def _check_size(value: Any, key: str, nullable: bool) -> Any:
+    if value == "auto" or (value is None and nullable):
+        return value
+    if isinstance(value, str):
+        try:
+            return parse_size(value)
+        except SizeError as error:
+            raise _invalid(f"{ALLOWED[key]} ({error})") from None
+    return value
+
+
+def _check_path(value: Any, key: str) -> Any:
+    if isinstance(value, str) and (not value.startswith("/") or re.search(r"\s", value)):
+        raise _invalid(ALLOWED[key])
+    return value
+
+
+class HostProfile(BaseModel):
+    """One host's hostkit settings. Secrets are SecretStr; sizes are int bytes."""
+
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+
+    swap_enabled: bool = True
+    swap_size: Literal["auto"] | Size = "auto"
+    swap_dir: str = "auto"
+    swap_priority: Annotated[int, Field(ge=0, le=32767)] = 10
+    nvme_device: str | None = None
+    nvme_mount: str = "/mnt/nvme"
+
+    sysctl: dict[str, str] = Field(default_factory=lambda: dict(DEFAULT_SYSCTL))
+    sysctl_conflicts: Literal["error", "warn"] = "error"
+    thp_enabled: Literal["always", "madvise", "never"] = "madvise"
+    thp_defrag: Literal["always", "defer", "defer+madvise", "madvise", "never"] = "defer"
+
+    gpu_required: bool = True
+    gpu_count: PositiveInt | None = None
+    gpu_min_driver: str | None = None
+    gpu_require_persistence: bool = True
+    gpu_max_ecc_uncorrected: NonNegativeInt = 0
+    gpu_max_retired_pages_pending: NonNegativeInt = 0
+    gpu_max_remapped_rows_pending: NonNegativeInt = 0
+    gpu_tolerated_xids: list[PositiveInt] = Field(default_factory=list)
+
+    vllm_enabled: bool = True
+    vllm_version: str = "0.33.0"
+    vllm_command: str = "/opt/vllm/bin/vllm"
+    vllm_model: str | None = None
+    vllm_served_model_name: Annotated[str, Field(min_length=1)] | None = None
+    vllm_host: str = "0.0.0.0"
+    vllm_port: Annotated[int, Field(ge=1, le=65535)] = 8000
+    vllm_gpu_memory_utilization: Annotated[float, Field(gt=0, le=1)] | None = None
+    vllm_max_num_seqs: PositiveInt | Literal["auto"] | None = None
+    vllm_max_model_len: PositiveInt | None = None
+    vllm_enable_chunked_prefill: bool | Literal["auto"] | None = None
+    vllm_max_num_batched_tokens: PositiveInt | Literal["auto"] | None = None
+    vllm_tensor_parallel_size: PositiveInt | None = None
+    vllm_dtype: str | None = None
+    vllm_quantization: str | None = None
+    vllm_kv_cache_dtype: str | None = None
+    vllm_cpu_offload_gb: Annotated[float, Field(ge=0)] | None = None
+    vllm_swap_space: Annotated[float, Field(ge=0)] | None = None
+    vllm_extra_args: dict[str, Any] = Field(default_factory=dict)
+    vllm_env: dict[str, str] = Field(default_factory=dict)
+    vllm_api_key: SecretStr | None = None
+    vllm_memory_max: Literal["auto"] | Size | None = "auto"
+    vllm_memory_high: Literal["auto"] | Size | None = "auto"
+    vllm_memory_swap_max: Literal["auto"] | Size | None = "auto"
+    vllm_user: str = "vllm"
+    vllm_ready_timeout: PositiveInt = 1800
+    vllm_hardening: Literal["standard", "strict"] = "standard"
+
+    @field_validator("swap_size", mode="before")
+    @classmethod
+    def _swap_size(cls, value: Any) -> Any:
+        return _check_size(value, "swap_size", nullable=False)
+
+    @field_validator("vllm_memory_max", "vllm_memory_high", "vllm_memory_swap_max", mode="before")
+    @classmethod
+    def _memory_sizes(cls, value: Any, info) -> Any:
+        return _check_size(value, info.field_name, nullable=True)
+
+    @field_validator("swap_dir")
+    @classmethod
+    def _swap_dir(cls, value: str) -> str:
+        return value if value == "auto" else _check_path(value, "swap_dir")
+
+    @field_validator("nvme_mount")
+    @classmethod
+    def _nvme_mount(cls, value: str) -> str:
+        if posixpath.normpath(value) == "/":
+            raise _invalid(ALLOWED["nvme_mount"])
+        return _check_path(value, "nvme_mount")
+
+    @field_validator("nvme_device")
+    @classmethod
+    def _nvme_device(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"/dev/[\w./-]+", value):
+            raise _invalid(ALLOWED["nvme_device"])
+        return value
+
+    @field_validator("vllm_command")
+    @classmethod
+    def _vllm_command(cls, value: str) -> str:
+        return _check_path(value, "vllm_command")
+
+    @field_validator("sysctl", mode="before")
+    @classmethod
+    def _sysctl(cls, value: Any) -> Any:
+        if not isinstance(value, Mapping):
+            return value  # the dict type check reports it
+        merged = dict(DEFAULT_SYSCTL)
+        for name, setting in value.items():
+            if not isinstance(name, str) or not _SYSCTL_NAME.match(name):
+                raise _invalid("dotted sysctl names such as vm.swappiness", key=f"sysctl[{name!r}]", value=setting)
+            if isinstance(setting, bool) or not isinstance(setting, (str, int, float)):
+                raise _invalid("a string or number", key=f"sysctl[{name!r}]", value=setting)
+            text = str(setting)
+            if not text.strip() or "\n" in text:
+                raise _invalid("a non-empty single-line value", key=f"sysctl[{name!r}]", value=setting)
+            merged[name] = text
+        return merged
+
+    @field_validator("gpu_min_driver")
+    @classmethod
+    def _driver(cls, value: str | None) -> str | None:
+        if value is not None and not _DRIVER_VERSION.match(value):
+            raise _invalid(ALLOWED["gpu_min_driver"])
+        return value
+
+    @field_validator("vllm_version")
+    @classmethod
+    def _version(cls, value: str) -> str:
+        try:
+            release = parse_version(value)[:3]
+        except FlagError:
+            raise _invalid(ALLOWED["vllm_version"]) from None
+        if release < parse_version(OLDEST_SUPPORTED)[:3]:
+            raise _invalid(ALLOWED["vllm_version"])
+        return value
+
+    @field_validator("vllm_model")
+    @classmethod
+    def _model(cls, value: str | None) -> str | None:
+        if value is not None and (not value.strip() or re.search(r"\s", value)):
+            raise _invalid(ALLOWED["vllm_model"])
+        return value
+
+    @field_validator("vllm_host")
+    @classmethod
+    def _host(cls, value: str) -> str:
+        try:
+            ipaddress.ip_address(value)
+        except ValueError:
+            if not _HOST_NAME.match(value):
+                raise _invalid(ALLOWED["vllm_host"]) from None
+        return value
+
+    @field_validator("vllm_user")
+    @classmethod
+    def _user(cls, value: str) -> str:
+        if not _USER_NAME.match(value) or value == "root":
+            raise _invalid(ALLOWED["vllm_user"])
+        return value
+
+    @field_validator("vllm_api_key")
+    @classmethod
+    def _api_key(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and not value.get_secret_value().strip():
+            raise _invalid(ALLOWED["vllm_api_key"])
+        return value
+
+    @field_validator("vllm_env", mode="before")
+    @classmethod
+    def _env(cls, value: Any) -> Any:
+        if not isinstance(value, Mapping):
+            return value
+        env = {}
+        for name, setting in value.items():
+            key = f"vllm_env[{name!r}]"
+            shown = mask(name, setting)
+            if not isinstance(name, str) or not _ENV_NAME.match(name):
+                raise _invalid("environment variable names such as HF_HOME", key=key, value=shown)
+            if name == "VLLM_API_KEY":
+                raise _invalid("not here: set vllm_api_key", key=key, value=shown)
+            if isinstance(setting, bool) or not isinstance(setting, (str, int, float)):
+                raise _invalid("a string or number", key=key, value=shown)
+            if "\n" in str(setting):
+                raise _invalid("a single-line value", key=key, value=shown)
+            env[name] = str(setting)
+        return env
+
+    @field_validator("vllm_extra_args", mode="before")
+    @classmethod
+    def _extra_args(cls, value: Any) -> Any:
+        if not isinstance(value, Mapping):
+            return value
+        for option, setting in value.items():
+            key = f"vllm_extra_args[{option!r}]"
+            if not isinstance(option, str) or not option.startswith("-"):
+                raise _invalid("vLLM option strings as keys, e.g. '--block-size'", key=key, value=setting)
+            items = setting if isinstance(setting, list) else [setting]
+            if not items or not all(isinstance(item, (str, int, float)) for item in items):
+                raise _invalid("a string, number, true/false, or a list of those", key=key, value=setting)
+        return dict(value)
+
+    @property
+    def served_model_name(self) -> str:
+        return self.vllm_served_model_name or self.vllm_model or ""
+
+    @property
+    def model_is_local_dir(self) -> bool:
+        return bool(self.vllm_model) and self.vllm_model.startswith("/")
+
+
+def mask(name: Any, value: Any) -> Any:
+    """`value` with secrets hidden, for messages and plan output. `name` is an environment
+    variable name, a vLLM option string or a profile key."""
+    if value is None:
+        return None
+    if name == "vllm_api_key" or isinstance(value, SecretStr):
+        return "********"
+    if isinstance(name, str) and not name.startswith("vllm_") and SECRET_ENV.search(name):
+        return "********"
+    return value
+
+
+@dataclass(frozen=True)
+class DataIssue:
+    host: str
+    key: str
+    value: Any
+    allowed: str  # what the key accepts; empty when a hint says it better
+    reason: str = ""  # why this value is refused, when "not allowed" is not obvious
+    hint: str = ""  # what to do instead
+
+    def __str__(self) -> str:
+        parts = [self.reason, f"allowed {self.allowed}" if self.allowed else "", self.hint]
+        return f"host {self.host}: {self.key} = {self.value!r} is invalid: " + "; ".join(p for p in parts if p)
+
+
+class ProfileError(Exception):
+    def __init__(self, issues: Sequence[DataIssue]):
+        self.issues = list(issues)
+        super().__init__("\n".join(str(issue) for issue in self.issues))
+
+
+def _unknown_key_issue(host: str, key: str, value: Any) -> DataIssue:
+    close = difflib.get_close_matches(key, list(HostProfile.model_fields), n=1, cutoff=0.6)
+    hint = f"did you mean {close[0]}?" if close else "see the inventory data contract for the keys hostkit reads"
+    return DataIssue(host, key, mask(key, value), "", reason="not a hostkit key", hint=hint)
+
+
+def _field_issues(host: str, data: Mapping[str, Any], error: ValidationError) -> list[DataIssue]:
+    issues: dict[str, DataIssue] = {}
+    for detail in error.errors():
+        field = str(detail["loc"][0])
+        if field in issues:
+            continue  # a union reports one error per member
+        ctx = detail.get("ctx") or {}
+        raw = data.get(field)
+        if detail["type"] == "hostkit":
+            issues[field] = DataIssue(host, ctx.get("key", field), mask(field, ctx.get("value", raw)), ctx["allowed"])
+        else:
+            issues[field] = DataIssue(host, field, mask(field, raw), ALLOWED[field])
+    return list(issues.values())
+
+
+def profile_from_data(host_name: str, data: Mapping[str, Any]) -> HostProfile:
+    """Validate one host's data (pyinfra's `host.data.dict()`); ProfileError lists every issue.
+
+    Keys outside hostkit's prefixes (pyinfra's ssh_*, _sudo, your own) are ignored.
+    """
+    issues: list[DataIssue] = []
+    fields: dict[str, Any] = {}
+    for key, value in data.items():
+        if key in HostProfile.model_fields:
+            fields[key] = value
+        elif key.startswith(HOSTKIT_PREFIXES):
+            issues.append(_unknown_key_issue(host_name, key, value))
+    for key in SIZE_KEYS:
+        value = fields.get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value != 0:
+            issues.append(DataIssue(host_name, key, value, ALLOWED[key], reason="a bare number is ambiguous"))
+            del fields[key]
+    try:
+        profile = HostProfile(**fields)
+    except ValidationError as error:
+        issues.extend(_field_issues(host_name, fields, error))
+        raise ProfileError(issues) from None
+    issues.extend(cross_field_issues(host_name, profile))
+    if issues:
+        raise ProfileError(issues)
+    return profile
+
+
+def validate_inventory(hosts: Iterable[tuple[str, Mapping[str, Any]]]) -> dict[str, HostProfile]:
+    """Profiles by host name; one ProfileError with the issues of every host."""
+    profiles: dict[str, HostProfile] = {}
+    issues: list[DataIssue] = []
+    for name, data in hosts:
+        try:
+            profiles[name] = profile_from_data(name, data)
+        except ProfileError as error:
+            issues.extend(error.issues)
+    if issues:
+        raise ProfileError(issues)
+    return profiles
+
+
+def cross_field_issues(host: str, profile: HostProfile) -> list[DataIssue]:
+    """What vLLM or the kernel would refuse although each field is fine on its own."""
+    issues: list[DataIssue] = []
+    p = profile
+    if isinstance(p.vllm_memory_max, int) and isinstance(p.vllm_memory_high, int) and p.vllm_memory_high > p.vllm_memory_max:
+        issues.append(
+            DataIssue(
+                host, "vllm_memory_high", format_size(p.vllm_memory_high), f"at most vllm_memory_max ({format_size(p.vllm_memory_max)})"
+            )
+        )
+    if p.vllm_enabled:
+        issues.extend(_vllm_issues(host, p))
+    return issues
+
+
+def _vllm_issues(host: str, p: HostProfile) -> list[DataIssue]:
+    issues: list[DataIssue] = []
+    version = p.vllm_version
+    flag_set = flags_for(version)
+    if not p.vllm_model:
+        issues.append(DataIssue(host, "vllm_model", None, ALLOWED["vllm_model"], reason="required when vllm_enabled is true"))
+
+    if flag_set.entry_point == "api_server" and os.path.basename(p.vllm_command) == "vllm":
+        issues.append(
+            DataIssue(
+                host,
+                "vllm_command",
+                p.vllm_command,
+                "",
+                reason=f"vLLM {version} has no `vllm serve`; hostkit runs `python -m vllm.entrypoints.openai.api_server`",
+                hint="point vllm_command at the vLLM environment's python, e.g. /opt/vllm/bin/python",
+            )
+        )
+
+    for key, option in ENGINE_OPTIONS.items():
+        value = getattr(p, key)
+        if value is None or value == "auto":
+            continue
+        try:
+            render_flags(version, {option: value})
+        except FlagError as error:
+            removed_in = DOCUMENTED_REMOVALS.get(option)
+            reason = str(error) + (f" (removed in {removed_in})" if removed_in and not flag_set.has(option) else "")
+            issues.append(DataIssue(host, key, value, f"null (not passed) or a value vLLM {version} accepts", reason=reason))
+
+    managed = {flag_set.get(option).dest for option in (*ENGINE_OPTIONS.values(), *RESERVED_OPTIONS) if flag_set.has(option)}
+    for option, setting in p.vllm_extra_args.items():
+        key = f"vllm_extra_args[{option!r}]"
+        flag = flag_set.get(option)
+        if option in RESERVED_OPTIONS or (flag is not None and flag.dest in managed):
+            owner = RESERVED_OPTIONS.get(option) or next(
+                (k for k, o in ENGINE_OPTIONS.items() if flag_set.get(o) is not None and flag_set.get(o).dest == flag.dest),
+                "a hostkit key",
+            )
+            issues.append(
+                DataIssue(host, key, mask(option, setting), "", reason="hostkit sets this option", hint=f"set {owner} instead")
+            )
+            continue
+        if flag is None:
+            close = difflib.get_close_matches(option, sorted(flag_set.option_strings), n=1, cutoff=0.75)
+            hint = f"did you mean {close[0]}?" if close else "use an option string from `vllm serve --help`"
+            removed_in = DOCUMENTED_REMOVALS.get(option)
+            reason = f"vLLM {version} has no {option}" + (f" (removed in {removed_in})" if removed_in else "")
+            issues.append(DataIssue(host, key, setting, "", reason=reason, hint=hint))
+            continue
+        try:
+            render_flags(version, {option: setting})
+        except FlagError as error:
+            issues.append(DataIssue(host, key, setting, f"a value vLLM {version} accepts", reason=str(error)))
+
+    seqs, batched = p.vllm_max_num_seqs, p.vllm_max_num_batched_tokens
+    if isinstance(seqs, int) and isinstance(batched, int) and batched < seqs:
+        issues.append(
+            DataIssue(
+                host,
+                "vllm_max_num_batched_tokens",
+                batched,
+                f"at least vllm_max_num_seqs ({seqs})",
+                reason="vLLM refuses a token budget smaller than the number of sequences",
+            )
+        )
+    model_len = p.vllm_max_model_len
+    if p.vllm_enable_chunked_prefill is False and isinstance(batched, int) and model_len and batched < model_len:
+        issues.append(
+            DataIssue(
+                host,
+                "vllm_max_num_batched_tokens",
+                batched,
+                f"at least vllm_max_model_len ({model_len}), or enable chunked prefill",
+                reason="without chunked prefill a whole prompt must fit in one batch",
+            )
+        )
+
+    spec = model_catalog.lookup(p.vllm_model) if p.vllm_model else None
+    tp = p.vllm_tensor_parallel_size
+    if spec and tp and spec.attention_heads % tp:
+        issues.append(
+            DataIssue(
+                host,
+                "vllm_tensor_parallel_size",
+                tp,
+                f"a divisor of {spec.attention_heads}",
+                reason=f"{spec.name} has {spec.attention_heads} attention heads",
+            )
+        )
+    if tp and p.gpu_count and tp > p.gpu_count:
+        issues.append(DataIssue(host, "vllm_tensor_parallel_size", tp, f"at most gpu_count ({p.gpu_count})"))
+    allow_long = p.vllm_env.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN") in ("1", "true", "True")
+    if spec and model_len and model_len > spec.max_position_embeddings and not allow_long:
+        issues.append(
+            DataIssue(
+                host,
+                "vllm_max_model_len",
+                model_len,
+                f"at most {spec.max_position_embeddings}",
+                reason=f"{spec.name} supports {spec.max_position_embeddings} tokens "
+                "(vLLM refuses more unless vllm_env sets VLLM_ALLOW_LONG_MAX_MODEL_LEN=1)",
+            )
+        )
+    return issues
+
+
+def load_inventory(
+    path: str, limit: Sequence[str] | None = None, cwd: str | None = None
+) -> list[tuple[str, dict[str, Any]]]:
+    """(host name, host.data.dict()) for each host of a pyinfra inventory file, in
+    inventory order, loaded the way the pyinfra CLI loads it: group data from
+    `group_data/` next to the inventory and in `cwd` (default: the working directory),
+    `(host, {data})` tuples, `(hosts, {data})` groups. `limit` takes pyinfra --limit
+    patterns (group names or host globs)."""
+    from fnmatch import fnmatch
+
+    from pyinfra.api import State
+    from pyinfra.api.exceptions import NoGroupError
+    from pyinfra.context import ctx_state
+    from pyinfra_cli.inventory import make_inventory_from_files
+
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"inventory file {path} does not exist")
+    with ctx_state.use(State()):
+        inventory = make_inventory_from_files(path, cwd=cwd or os.getcwd())
+    hosts = list(inventory)
+    if limit:
+        selected = set()
+        for pattern in limit:
+            try:
+                selected.update(inventory.get_group(pattern))
+            except NoGroupError:
+                selected.update(host for host in hosts if fnmatch(host.name, pattern))
+        hosts = [host for host in hosts if host in selected]
+    return [(host.name, host.data.dict()) for host in hosts]

@@ -1,0 +1,126 @@
+import json
+import sys
+import types
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from hostkit.commands.plan import plan
+from hostkit.planning_facts import PlanningFacts
+
+FIXTURES = Path(__file__).parent / "fixtures" / "plan"
+SECRETS = ("sk-plan-fixture-secret", "hf_plan_fixture_token")
+
+
+@pytest.fixture(autouse=True)
+def in_fixture_dir(monkeypatch):
+    # pyinfra reads group_data/ next to the inventory and in the working directory.
+    monkeypatch.chdir(FIXTURES)
+
+
+def run(*args):
+    return CliRunner().invoke(plan, list(args), catch_exceptions=False)
+
+
+def test_plan_from_recorded_facts_shows_every_decision():
+    result = run("inventory.py", "--facts", "facts.json")
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    assert [line for line in out.splitlines() if line.startswith("== ")] == ["== gpu-a1", "== gpu-b1", "== cpu-1"]
+    assert "swap      /mnt/nvme/vllm-hostkit.swap  16G  priority 10" in out
+    assert "vm.max_map_count = 262144  vm.swappiness = 10" in out
+    assert "thp       enabled = madvise  defrag = defer" in out
+    assert "MemoryMax=230.4G  MemoryHigh=218.9G  MemorySwapMax=8G  (cgroup v2)" in out
+    assert (
+        "command   /opt/vllm/bin/vllm serve Qwen/Qwen2.5-7B-Instruct --host 0.0.0.0 --port 8000 "
+        "--served-model-name Qwen/Qwen2.5-7B-Instruct --gpu-memory-utilization 0.9 --max-num-seqs 62 "
+        "--enable-chunked-prefill --max-num-batched-tokens 8192"
+    ) in out
+    assert "nvme      /dev/nvme1n1: ext4 at /mnt/nvme" in out
+    assert "VLLM_API_KEY=********" in out and "HF_TOKEN=********" in out
+    assert "swap      /var/lib/swap/vllm-hostkit.swap  4G" in out
+    assert "vllm      disabled" in out
+    assert "note      chunked prefill on: context 32768 tokens > 8192" in out
+    for secret in SECRETS:
+        assert secret not in result.output
+
+
+def test_json_output_is_machine_readable_and_masked():
+    result = run("inventory.py", "--facts", "facts.json", "--format", "json")
+    assert result.exit_code == 0
+    plans = json.loads(result.stdout)
+    assert list(plans) == ["gpu-a1", "gpu-b1", "cpu-1"]
+    assert plans["gpu-b1"]["nvme"] == {"device": "/dev/nvme1n1", "mount": "/mnt/nvme", "fstype": "ext4"}
+    assert plans["gpu-a1"]["swap"]["size_bytes"] == 16 * 1024**3
+    assert plans["gpu-b1"]["vllm"]["argv"][:3] == ["/opt/vllm/bin/vllm", "serve", "meta-llama/Llama-3.1-8B-Instruct"]
+    assert plans["cpu-1"]["vllm"]["enabled"] is False
+    assert plans["cpu-1"]["vllm"]["cgroup_version"] == 1
+    for secret in SECRETS:
+        assert secret not in result.output
+
+
+@pytest.mark.parametrize(("limit", "hosts"), [(["gpu-b1"], ["gpu-b1"]), (["gpu"], ["gpu-a1", "gpu-b1"]), (["cpu-*", "gpu-a1"], ["gpu-a1", "cpu-1"])])
+def test_limit(limit, hosts):
+    args = ["inventory.py", "--facts", "facts.json", "--format", "json"]
+    for pattern in limit:
+        args += ["--limit", pattern]
+    assert list(json.loads(run(*args).stdout)) == hosts
+
+
+def test_bad_inventory_exits_2_with_every_issue_of_every_host():
+    result = run("inventory_bad.py", "--facts", "facts.json")
+    assert result.exit_code == 2
+    assert "host gpu-a1: swap_sise = '16G' is invalid: not a hostkit key; did you mean swap_size?" in result.stderr
+    assert "host gpu-a1: vllm_port = 99999 is invalid: allowed 1-65535" in result.stderr
+    assert "host gpu-a2: vllm_swap_space = 4.0 is invalid: vLLM 0.20.0 has no --swap-space (removed in 0.18.0)" in result.stderr
+
+
+def test_plans_that_cannot_work_exit_1_naming_host_and_key():
+    result = run("inventory.py", "--facts", "facts_gpu_busy.json")
+    assert result.exit_code == 1
+    assert "host gpu-a1: vllm_gpu_memory_utilization: GPU 0 has 101.3G free" in result.stderr
+    assert "== gpu-b1" in result.stdout  # the other hosts are still shown
+
+
+def test_hosts_missing_from_the_facts_file_are_reported(tmp_path):
+    facts = json.loads((FIXTURES / "facts.json").read_text())
+    del facts["gpu-b1"]
+    path = tmp_path / "facts.json"
+    path.write_text(json.dumps(facts))
+    result = run("inventory.py", "--facts", str(path))
+    assert result.exit_code == 1
+    assert "host gpu-b1: no facts" in result.stderr
+
+
+def test_a_malformed_facts_file_exits_2(tmp_path):
+    facts = json.loads((FIXTURES / "facts.json").read_text())
+    facts["gpu-a1"]["ram_total_bytes"] = "lots"
+    path = tmp_path / "facts.json"
+    path.write_text(json.dumps(facts))
+    result = run("inventory.py", "--facts", str(path))
+    assert result.exit_code == 2
+    assert "host gpu-a1: ram_total_bytes" in result.stderr
+
+
+def test_limit_matching_nothing_exits_2():
+    result = run("inventory.py", "--facts", "facts.json", "--limit", "nope")
+    assert result.exit_code == 2
+    assert "no hosts" in result.stderr
+
+
+def test_without_facts_the_hosts_are_asked_through_hostkit_gather(monkeypatch):
+    recorded = {name: PlanningFacts.model_validate(data) for name, data in json.loads((FIXTURES / "facts.json").read_text()).items()}
+    calls = []
+
+    def gather_planning_facts(inventory_path, limit):
+        calls.append((inventory_path, limit))
+        return {name: recorded[name] for name in ("gpu-a1",)}
+
+    fake = types.ModuleType("hostkit.gather")
+    fake.gather_planning_facts = gather_planning_facts
+    monkeypatch.setitem(sys.modules, "hostkit.gather", fake)
+    result = run("inventory.py", "--limit", "gpu-a1", "--format", "json")
+    assert result.exit_code == 0, result.output
+    assert calls == [("inventory.py", ["gpu-a1"])]
+    assert list(json.loads(result.stdout)) == ["gpu-a1"]

@@ -1,0 +1,444 @@
+import pytest
+
+from hostkit import model_catalog
+from hostkit.model_catalog import ModelConfigError, spec_from_hf_config
+from hostkit.planner import PlanError, plan_host
+from hostkit.planning_facts import FilesystemFact, GpuFact, NvmeDeviceFact, PlanningFacts, SwapFact
+from hostkit.profile import profile_from_data
+from hostkit.sizes import GIB, KIB, MIB, format_size
+
+QWEN7 = "Qwen/Qwen2.5-7B-Instruct"
+LLAMA8 = "meta-llama/Llama-3.1-8B-Instruct"
+H200_MIB = 143771  # the reference H200 host
+
+
+def h200(index=0, used_mib=0):
+    return GpuFact(index=index, name="NVIDIA H200", memory_total_mib=H200_MIB, memory_used_mib=used_mib)
+
+
+def nvme_fs(mountpoint="/mnt/nvme", size=3500 * GIB, avail=3000 * GIB, fstype="ext4"):
+    return FilesystemFact(
+        mountpoint=mountpoint, device="/dev/nvme0n1", fstype=fstype, on_nvme=True, size_bytes=size, avail_bytes=avail
+    )
+
+
+ROOT_SSD = FilesystemFact(mountpoint="/", device="/dev/sda1", fstype="ext4", on_nvme=False, size_bytes=100 * GIB, avail_bytes=60 * GIB)
+
+
+def facts(**overrides):
+    values = dict(
+        ram_total_bytes=64 * GIB,
+        ram_available_bytes=60 * GIB,
+        cpu_count=16,
+        cgroup_version=2,
+        systemd_version=252,
+        filesystems=[ROOT_SSD, nvme_fs()],
+        nvme_devices=[],
+        swaps=[],
+        gpus=[h200()],
+    )
+    values.update(overrides)
+    return PlanningFacts(**values)
+
+
+def plan(data=None, host_facts=None, model=QWEN7):
+    profile = profile_from_data("gpu-a1", {"vllm_model": model, **(data or {})})
+    return plan_host(profile, host_facts or facts(), host_name="gpu-a1")
+
+
+def refused(data=None, host_facts=None, model=QWEN7) -> PlanError:
+    with pytest.raises(PlanError) as caught:
+        plan(data, host_facts, model)
+    return caught.value
+
+
+# --- model arithmetic (field notes) ---------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("model", "kib_per_token"),
+    [(QWEN7, 56), (LLAMA8, 128), ("THUDM/glm-4-9b-chat", 40)],
+)
+def test_kv_bytes_per_token_field_note_examples(model, kib_per_token):
+    assert model_catalog.lookup(model).kv_bytes_per_token(1, 2) == kib_per_token * KIB
+
+
+def test_kv_heads_split_across_tensor_parallel_ranks_but_never_below_one():
+    llama = model_catalog.lookup(LLAMA8)  # 8 KV heads
+    assert llama.kv_bytes_per_token(2, 2) == 64 * KIB
+    assert llama.kv_bytes_per_token(8, 2) == 16 * KIB
+    qwen = model_catalog.lookup(QWEN7)  # 4 KV heads: TP 8 still keeps one per GPU
+    assert qwen.kv_bytes_per_token(8, 2) == 2 * 28 * 1 * 128 * 2
+    assert qwen.kv_bytes_per_token(1, 1) == 28 * KIB  # fp8 KV cache
+
+
+def test_qwen_7b_weights_are_14_2_gib_in_bf16():
+    assert format_size(model_catalog.lookup(QWEN7).weight_bytes(2)) == "14.2G"
+
+
+def test_lookup_is_case_insensitive_and_knows_aliases():
+    assert model_catalog.lookup("qwen/qwen2.5-7b-instruct").name == QWEN7
+    assert model_catalog.lookup("meta-llama/Meta-Llama-3.1-8B-Instruct").name == LLAMA8
+    assert model_catalog.lookup("someone/unknown-model") is None
+
+
+QWEN7_CONFIG = {
+    "architectures": ["Qwen2ForCausalLM"],
+    "hidden_size": 3584,
+    "intermediate_size": 18944,
+    "max_position_embeddings": 32768,
+    "num_attention_heads": 28,
+    "num_hidden_layers": 28,
+    "num_key_value_heads": 4,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+    "vocab_size": 152064,
+}
+GLM4_CONFIG = {  # ChatGLM-style names
+    "num_layers": 40,
+    "hidden_size": 4096,
+    "ffn_hidden_size": 13696,
+    "kv_channels": 128,
+    "num_attention_heads": 32,
+    "multi_query_group_num": 2,
+    "padded_vocab_size": 151552,
+    "seq_length": 131072,
+    "torch_dtype": "bfloat16",
+}
+
+
+def test_spec_from_hf_config_matches_the_builtin_table():
+    spec = spec_from_hf_config("/models/qwen7", QWEN7_CONFIG)
+    assert spec.kv_bytes_per_token(1, 2) == 56 * KIB
+    assert abs(spec.params - 7.62e9) / 7.62e9 < 0.01
+    glm = spec_from_hf_config("/models/glm4", GLM4_CONFIG)
+    assert glm.kv_bytes_per_token(1, 2) == 40 * KIB
+    assert abs(glm.params - 9.4e9) / 9.4e9 < 0.01
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        ({**QWEN7_CONFIG, "num_local_experts": 8}, "mixture-of-experts"),
+        ({"text_config": QWEN7_CONFIG}, "multimodal"),
+        ({k: v for k, v in QWEN7_CONFIG.items() if k != "num_hidden_layers"}, "num_hidden_layers"),
+        ({**QWEN7_CONFIG, "torch_dtype": "int4"}, "torch_dtype"),
+    ],
+)
+def test_spec_from_hf_config_refuses_what_it_cannot_size(config, message):
+    with pytest.raises(ModelConfigError, match=message):
+        spec_from_hf_config("/models/x", config)
+
+
+# --- swap ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("ram_gib", "swap_gib"), [(4, 8), (12, 12), (64, 16), (2048, 16)])
+def test_auto_swap_is_one_x_ram_clamped_to_8_16_gib(ram_gib, swap_gib):
+    swap = plan(host_facts=facts(ram_total_bytes=ram_gib * GIB)).swap
+    assert swap.size_bytes == swap_gib * GIB
+    assert swap.path == "/mnt/nvme/vllm-hostkit.swap"
+    assert "clamped to 8G-16G" in swap.reason
+
+
+def test_auto_swap_is_capped_by_free_space_minus_the_reserve():
+    # 100G filesystem, 10G free: reserve max(1G, 5% of 100G) = 5G, so 5G of swap.
+    small = nvme_fs(size=100 * GIB, avail=10 * GIB)
+    swap = plan(host_facts=facts(filesystems=[ROOT_SSD, small])).swap
+    assert swap.size_bytes == 5 * GIB
+    assert "capped to 5G" in swap.reason
+
+
+def test_an_existing_hostkit_swap_file_counts_as_free_space():
+    small = nvme_fs(size=100 * GIB, avail=10 * GIB)
+    existing = SwapFact(path="/mnt/nvme/vllm-hostkit.swap", size_bytes=16 * GIB, used_bytes=0, priority=10)
+    swap = plan(host_facts=facts(filesystems=[ROOT_SSD, small], swaps=[existing])).swap
+    assert swap.size_bytes == 16 * GIB  # 10G free + 16G of our own file - 5G reserve
+
+
+def test_auto_swap_dir_picks_the_nvme_filesystem_with_most_free_space():
+    a = nvme_fs("/mnt/a", avail=100 * GIB)
+    b = nvme_fs("/mnt/b", avail=900 * GIB)
+    tmp = nvme_fs("/dev/shm", avail=5000 * GIB, fstype="tmpfs")
+    assert plan(host_facts=facts(filesystems=[ROOT_SSD, a, b, tmp])).swap.path == "/mnt/b/vllm-hostkit.swap"
+
+
+def test_explicit_swap_size_must_fit():
+    small = nvme_fs(size=100 * GIB, avail=10 * GIB)
+    error = refused({"swap_size": "8G"}, facts(filesystems=[ROOT_SSD, small]))
+    assert str(error).startswith("host gpu-a1: swap_size: 8G does not fit in /mnt/nvme")
+
+
+def test_explicit_swap_dir_uses_the_filesystem_that_holds_it():
+    swap = plan({"swap_dir": "/var/lib/swap", "swap_size": "8G"}).swap
+    assert swap.path == "/var/lib/swap/vllm-hostkit.swap" and swap.size_bytes == 8 * GIB
+
+
+def test_swap_on_tmpfs_is_refused():
+    shm = FilesystemFact(mountpoint="/dev/shm", device="tmpfs", fstype="tmpfs", on_nvme=False, size_bytes=32 * GIB, avail_bytes=32 * GIB)
+    error = refused({"swap_dir": "/dev/shm"}, facts(filesystems=[ROOT_SSD, shm]))
+    assert "host gpu-a1: swap_dir: /dev/shm is on tmpfs" in str(error)
+
+
+def test_auto_swap_dir_without_nvme_says_how_to_set_it():
+    error = refused(host_facts=facts(filesystems=[ROOT_SSD]))
+    assert "host gpu-a1: swap_dir:" in str(error)
+    assert 'swap_dir = "/var/lib/swap"' in str(error) and "nvme_device" in str(error)
+
+
+def test_disabled_swap_needs_no_filesystem():
+    result = plan({"swap_enabled": False}, facts(filesystems=[ROOT_SSD]))
+    assert result.swap.enabled is False and result.swap.path is None
+    assert result.vllm.memory_swap_max_bytes == 0
+
+
+# --- NVMe -----------------------------------------------------------------------------
+
+BLANK = NvmeDeviceFact(path="/dev/nvme1n1", size_bytes=900 * GIB)
+
+
+def test_blank_nvme_device_is_formatted_and_holds_swap_and_caches():
+    result = plan({"nvme_device": "/dev/nvme1n1"}, facts(filesystems=[ROOT_SSD], nvme_devices=[BLANK]))
+    assert (result.nvme.device, result.nvme.mount, result.nvme.fstype) == ("/dev/nvme1n1", "/mnt/nvme", "ext4")
+    assert result.swap.path == "/mnt/nvme/vllm-hostkit.swap" and result.swap.size_bytes == 16 * GIB
+    assert result.vllm.cache_dir == "/mnt/nvme/vllm-cache"
+    assert result.vllm.env["HF_HOME"] == "/mnt/nvme/vllm-cache/huggingface"
+    assert result.vllm.env["VLLM_CACHE_ROOT"] == "/mnt/nvme/vllm-cache/vllm"
+
+
+def test_nvme_device_already_mounted_at_nvme_mount_stays_planned():
+    prepared = NvmeDeviceFact(path="/dev/nvme1n1", size_bytes=900 * GIB, signatures=["ext4"], mountpoints=["/mnt/nvme"])
+    result = plan({"nvme_device": "/dev/nvme1n1"}, facts(nvme_devices=[prepared]))
+    assert result.nvme is not None and result.swap.path == "/mnt/nvme/vllm-hostkit.swap"
+
+
+def test_nvme_device_with_data_elsewhere_is_refused():
+    used = NvmeDeviceFact(path="/dev/nvme1n1", size_bytes=900 * GIB, signatures=["xfs"], mountpoints=[])
+    error = refused({"nvme_device": "/dev/nvme1n1"}, facts(nvme_devices=[used]))
+    assert "host gpu-a1: nvme_device: /dev/nvme1n1 holds xfs and is not mounted" in str(error)
+
+
+def test_missing_nvme_device_is_refused():
+    error = refused({"nvme_device": "/dev/nvme9n1"}, facts(nvme_devices=[BLANK]))
+    assert "host gpu-a1: nvme_device: /dev/nvme9n1 is not on this host (NVMe devices: /dev/nvme1n1)" in str(error)
+
+
+def test_cache_stays_on_the_default_dir_without_nvme():
+    result = plan({"swap_dir": "/var/lib/swap"}, facts(filesystems=[ROOT_SSD]))
+    assert result.vllm.cache_dir == "/var/cache/vllm"
+
+
+# --- memory limits ----------------------------------------------------------------------
+
+
+def test_auto_memory_limits_by_hand():
+    result = plan().vllm
+    ram = 64 * GIB
+    memory_max = (ram - ram // 10) // MIB * MIB  # headroom 10% = 6.4G
+    assert result.memory_max_bytes == memory_max == 61847109632
+    memory_high = (memory_max - memory_max // 20) // MIB * MIB  # 5% below
+    assert result.memory_high_bytes == memory_high == 58753810432
+    assert result.memory_swap_max_bytes == 8 * GIB  # half the 16G swap file
+
+
+def test_small_hosts_keep_half_their_ram_up_to_2_gib():
+    result = plan({"swap_dir": "/var/lib/swap", "swap_size": "1G"}, facts(ram_total_bytes=2 * GIB, filesystems=[ROOT_SSD])).vllm
+    assert result.memory_max_bytes == 1 * GIB
+    assert result.memory_high_bytes == 921 * MIB  # 1024M minus a 10% gap (102.4M), rounded down to whole MiB
+
+
+def test_cgroup_v1_has_no_memory_high_or_swap_max():
+    result = plan({"vllm_memory_high": "40G"}, facts(cgroup_version=1))
+    assert result.vllm.memory_max_bytes is not None
+    assert result.vllm.memory_high_bytes is None and result.vllm.memory_swap_max_bytes is None
+    assert result.vllm.cgroup_version == 1
+    assert any("vllm_memory_high is ignored" in w for w in result.warnings)
+
+
+def test_explicit_memory_high_above_auto_max_is_refused():
+    error = refused({"vllm_memory_high": "63G"})
+    assert "host gpu-a1: vllm_memory_high: 63G is above MemoryMax 57.6G" in str(error)
+
+
+def test_warns_when_vllm_ram_estimate_exceeds_memory_max():
+    result = plan({"vllm_memory_max": "6G"})
+    assert any("4G-7G of host RAM" in w and "MemoryMax 6G" in w for w in result.warnings)
+
+
+def test_pre_v1_swap_space_is_pinned_per_gpu():
+    # 0.6.6: the default --swap-space 4 GiB x TP 2 adds 8G: 2x2+2 .. 2x4+3 = 6G..11G, +8G = 14G..19G
+    result = plan(
+        {"vllm_version": "0.6.6.post1", "vllm_tensor_parallel_size": 2, "vllm_memory_max": "16G"},
+        facts(gpus=[h200(0), h200(1)]),
+    )
+    assert any("14G-19G of host RAM" in w and "--swap-space 4 GiB x 2" in w for w in result.warnings)
+
+
+def test_cpu_offload_counts_against_host_ram():
+    result = plan({"vllm_cpu_offload_gb": 10, "vllm_memory_max": "12G"})
+    assert any("14G-17G" in w and "--cpu-offload-gb 10" in w for w in result.warnings)
+
+
+# --- vLLM sizing against hand-computed numbers ---------------------------------------
+
+
+def test_qwen_7b_on_one_h200_by_hand():
+    result = plan({"vllm_gpu_memory_utilization": 0.9, "vllm_max_num_seqs": "auto"})
+    sizing = result.vllm.sizing
+    gpu = 143771 * 1024 * 1024  # 150754820096 bytes
+    weights = int(7.62e9 * 2)  # 15240000000
+    budget = int(gpu * 0.9) - weights - 2 * GIB  # 135679338086 - 15240000000 - 2147483648
+    assert budget == 118291854438
+    assert sizing.kv_budget_bytes == budget
+    assert sizing.kv_bytes_per_token == 57344
+    assert budget // 57344 // 32768 == 62
+    assert sizing.max_concurrent_at_max_model_len == 62
+    assert "--max-num-seqs" in result.vllm.argv
+    assert result.vllm.argv[result.vllm.argv.index("--max-num-seqs") + 1] == "62"
+
+
+def test_default_utilization_comes_from_the_release():
+    assert plan({"vllm_version": "0.17.1"}).vllm.sizing.gpu_memory_utilization == 0.9
+    assert plan({"vllm_version": "0.20.0"}).vllm.sizing.gpu_memory_utilization == 0.92
+
+
+def test_tensor_parallel_splits_weights_and_kv():
+    result = plan({"vllm_tensor_parallel_size": 2}, facts(gpus=[h200(0), h200(1)]), model=LLAMA8)
+    sizing = result.vllm.sizing
+    assert sizing.weights_bytes_per_gpu == int(8.03e9 * 2) // 2
+    assert sizing.kv_bytes_per_token == 64 * KIB
+
+
+def test_auto_max_num_seqs_is_capped_at_256_and_by_batch_tokens():
+    short = {"vllm_max_model_len": 4096, "vllm_max_num_seqs": "auto"}
+    assert plan(short).vllm.argv[-1] == "256"
+    capped = plan({**short, "vllm_max_num_batched_tokens": 128}).vllm.argv
+    assert capped[capped.index("--max-num-seqs") + 1] == "128"
+
+
+def test_auto_chunked_prefill_for_long_contexts():
+    argv = plan({"vllm_enable_chunked_prefill": "auto", "vllm_max_num_batched_tokens": "auto"}).vllm.argv
+    assert "--enable-chunked-prefill" in argv
+    assert argv[argv.index("--max-num-batched-tokens") + 1] == "8192"
+    short = plan(
+        {"vllm_enable_chunked_prefill": "auto", "vllm_max_num_batched_tokens": "auto", "vllm_max_model_len": 4096}
+    ).vllm.argv
+    assert "--disable-chunked-prefill" in short
+    assert short[short.index("--max-num-batched-tokens") + 1] == "4096"
+
+
+def test_auto_values_without_gpu_facts_are_left_to_vllm_with_a_warning():
+    result = plan({"vllm_max_num_seqs": "auto"}, facts(gpus=[]))
+    assert "--max-num-seqs" not in result.vllm.argv
+    assert result.vllm.sizing is None
+    assert any("left to vLLM's default" in w for w in result.warnings)
+
+
+def test_unknown_model_skips_sizing_with_a_warning():
+    result = plan(model="someone/private-model")
+    assert result.vllm.sizing is None
+    assert any("not in hostkit's model table" in w for w in result.warnings)
+
+
+def test_local_model_dir_is_sized_from_its_config_json():
+    host_facts = facts(model_config_json=QWEN7_CONFIG)
+    result = plan(model="/models/qwen7", host_facts=host_facts)
+    assert result.vllm.sizing.kv_bytes_per_token == 56 * KIB
+    assert result.vllm.argv[:3] == ["/opt/vllm/bin/vllm", "serve", "/models/qwen7"]
+
+
+# --- what vLLM would refuse at start-up -----------------------------------------------
+
+
+def test_utilization_above_free_gpu_memory_is_refused():
+    error = refused({"vllm_gpu_memory_utilization": 0.9}, facts(gpus=[h200(used_mib=40000)]))
+    message = str(error)
+    assert message.startswith("host gpu-a1: vllm_gpu_memory_utilization: GPU 0 has 101.3G free")
+    assert "Lower it to 0.72" in message
+
+
+def test_one_max_model_len_request_must_fit_the_kv_cache():
+    # Llama-3.1-8B on a 24 GiB GPU: 0.9 x 22.5G - 15.0G weights - 2G = 3.3G, 128 KiB/token: ~27k tokens < 131072.
+    l4 = GpuFact(index=0, name="NVIDIA L4", memory_total_mib=23034, memory_used_mib=0)
+    error = refused({"vllm_gpu_memory_utilization": 0.9}, facts(gpus=[l4]), model=LLAMA8)
+    assert "host gpu-a1: vllm_max_model_len: one request of 131072 tokens does not fit" in str(error)
+    fits = plan({"vllm_gpu_memory_utilization": 0.9, "vllm_max_model_len": 16384}, facts(gpus=[l4]), model=LLAMA8)
+    assert fits.vllm.sizing.max_concurrent_at_max_model_len == 1
+
+
+def test_weights_that_do_not_fit_are_refused():
+    error = refused(host_facts=facts(), model="meta-llama/Llama-3.1-70B-Instruct")
+    assert "host gpu-a1: vllm_gpu_memory_utilization: one request of 131072 tokens" in str(error)
+
+
+def test_tp_must_divide_heads_of_a_local_model():
+    error = refused({"vllm_tensor_parallel_size": 3}, facts(gpus=[h200(0), h200(1), h200(2)], model_config_json=QWEN7_CONFIG), model="/models/q")
+    assert "host gpu-a1: vllm_tensor_parallel_size: 3 does not divide the 28 attention heads" in str(error)
+
+
+def test_tp_above_the_gpu_count_is_refused():
+    error = refused({"vllm_tensor_parallel_size": 2})
+    assert "host gpu-a1: vllm_tensor_parallel_size: 2 GPUs needed, the host has 1" in str(error)
+
+
+def test_all_problems_of_a_host_are_reported_together():
+    error = refused({"vllm_tensor_parallel_size": 2}, facts(filesystems=[ROOT_SSD]))
+    assert sorted(issue.key for issue in error.issues) == ["swap_dir", "vllm_tensor_parallel_size"]
+
+
+# --- the command line -----------------------------------------------------------------
+
+
+def test_argv_shape_and_no_secret():
+    result = plan({"vllm_api_key": "s3cret", "vllm_served_model_name": "qwen", "vllm_port": 8001}).vllm
+    assert result.argv[:9] == [
+        "/opt/vllm/bin/vllm", "serve", QWEN7, "--host", "0.0.0.0", "--port", "8001", "--served-model-name", "qwen",
+    ]  # fmt: skip
+    assert not any("s3cret" in word for word in result.argv)
+    assert result.api_key.get_secret_value() == "s3cret"
+    assert "--api-key" not in result.argv
+
+
+def test_0_4_3_uses_the_api_server_module():
+    argv = plan({"vllm_version": "0.4.3", "vllm_command": "/opt/vllm/bin/python"}).vllm.argv
+    assert argv[:5] == ["/opt/vllm/bin/python", "-m", "vllm.entrypoints.openai.api_server", "--model", QWEN7]
+
+
+@pytest.mark.parametrize(
+    ("version", "off"),
+    [("0.6.6.post1", "--enable-chunked-prefill=false"), ("0.10.2", "--no-enable-chunked-prefill"), ("0.33.0", "--disable-chunked-prefill")],
+)
+def test_chunked_prefill_off_per_release(version, off):
+    data = {"vllm_version": version, "vllm_enable_chunked_prefill": False, "vllm_max_model_len": 8192}
+    assert off in plan(data).vllm.argv
+
+
+def test_swap_space_and_extra_args_are_rendered_where_the_release_has_them():
+    argv = plan({"vllm_version": "0.17.1", "vllm_swap_space": 4, "vllm_extra_args": {"--enforce-eager": True, "--block-size": 16}}).vllm.argv
+    assert argv[-5:] == ["--swap-space", "4", "--enforce-eager", "--block-size", "16"]
+
+
+def test_user_env_wins_over_cache_defaults():
+    env = plan({"vllm_env": {"HF_HOME": "/srv/hf", "HF_HUB_OFFLINE": 1}}).vllm.env
+    assert env["HF_HOME"] == "/srv/hf" and env["HF_HUB_OFFLINE"] == "1"
+
+
+def test_release_notes_for_unrecorded_versions():
+    between = plan({"vllm_version": "0.18.0"})
+    assert any("options taken from 0.17.1" in note for note in between.notes)
+    newer = plan({"vllm_version": "0.40.0"})
+    assert any("newer than 0.33.0" in w for w in newer.warnings)
+
+
+def test_disabled_vllm_plans_no_unit():
+    result = plan_host(
+        profile_from_data("cpu-1", {"vllm_enabled": False, "swap_dir": "/var/lib/swap"}), facts(gpus=[]), host_name="cpu-1"
+    )
+    assert result.vllm.enabled is False and result.vllm.argv == []
+    assert result.host == "cpu-1"
+
+
+def test_plan_is_json_serialisable():
+    result = plan({"vllm_api_key": "s3cret"})
+    text = result.model_dump_json()
+    assert "s3cret" not in text and '"host":"gpu-a1"' in text
