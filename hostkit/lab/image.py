@@ -49,6 +49,19 @@ class BaseImage:
     initrd: Path
     os: str
 
+    def host_key(self) -> str:
+        """The sshd host key baked into the image (every lab host of this image shares it)."""
+        cached = self.root_disk.parent / "ssh_host_ed25519_key.pub"
+        if not cached.exists():
+            key = subprocess.run(
+                ["debugfs", "-R", "cat /etc/ssh/ssh_host_ed25519_key.pub", str(self.root_disk)],
+                capture_output=True, text=True, check=True,
+            ).stdout.strip()
+            if not key.startswith("ssh-ed25519 "):
+                raise RuntimeError(f"no ed25519 host key in {self.root_disk}")
+            cached.write_text(key + "\n")
+        return cached.read_text().strip()
+
 
 def ensure_prerequisites() -> None:
     missing = sorted({pkg for tool, pkg in HOST_PREREQUISITES.items() if shutil.which(tool) is None})

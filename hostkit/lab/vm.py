@@ -45,12 +45,13 @@ class LabHost:
     directory: str
     key: str
     cpus: int = 2
+    known_hosts: str = ""
 
     # -- connection ---------------------------------------------------------------------
     def ssh_argv(self, command: str | None = None, connect_timeout: int = 10) -> list[str]:
         argv = [
             "ssh", "-i", self.key, "-p", str(self.port),
-            "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
+            "-o", "StrictHostKeyChecking=yes", "-o", f"UserKnownHostsFile={self.known_hosts}",
             "-o", "LogLevel=ERROR", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={connect_timeout}",
             "-o", "ServerAliveInterval=5", "-o", "ServerAliveCountMax=3",
             "root@127.0.0.1",
@@ -76,8 +77,8 @@ class LabHost:
             "ssh_port": self.port,
             "ssh_user": "root",
             "ssh_key": self.key,
-            "ssh_known_hosts_file": "/dev/null",
-            "ssh_strict_host_key_checking": "no",
+            "ssh_known_hosts_file": self.known_hosts,
+            "ssh_strict_host_key_checking": "yes",
             "ssh_connect_retries": 2,
         }
 
@@ -194,9 +195,17 @@ class Lab:
                 return lab_host
         raise KeyError(f"no lab host named {name!r}; have: {', '.join(h.name for h in self.hosts()) or 'none'}")
 
+    @property
+    def known_hosts(self) -> Path:
+        return self.directory / "known_hosts"
+
     def _save(self, hosts: list[LabHost]) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
         self.state_file.write_text(json.dumps({"hosts": [asdict(h) for h in hosts]}, indent=2))
+        # Pinned host keys: ssh and pyinfra check them strictly, as they should on any fleet.
+        self.known_hosts.write_text("".join(
+            f"[127.0.0.1]:{h.port} {base_image(h.os).host_key()}\n" for h in hosts
+        ))
 
     def up(self, count: int = 1, os_name: str = "debian12", cgroup: str = "v2", prefix: str = "lab",
            cpus: int = 2) -> list[LabHost]:
@@ -221,7 +230,8 @@ class Lab:
                             str(host_dir / "root.qcow2")], check=True)
             _create_blank(host_dir / "nvme.qcow2")
             new_hosts.append(LabHost(name=name, port=_free_port(), os=os_name, cgroup=cgroup,
-                                     directory=str(host_dir), key=str(ssh_key()), cpus=cpus))
+                                     directory=str(host_dir), key=str(ssh_key()), cpus=cpus,
+                                     known_hosts=str(self.known_hosts)))
         self._save(existing + new_hosts)
         say(f"booting {', '.join(h.name for h in new_hosts)} ({os_name}, cgroup {cgroup}, qemu TCG)")
         for lab_host in new_hosts:
