@@ -50,10 +50,10 @@ def vllm_host() -> None:
     # The GPU check comes first: nothing is (re)started on a host whose driver is broken.
     gpu.verify_gpu(name="Check the GPU driver", profile=profile)
     if plan.nvme is not None:
-        swap.prepare_nvme(name=f"Prepare NVMe {plan.nvme.device} at {plan.nvme.mount}", plan=plan.nvme)
-    swap.swap_file(name="Swap file on NVMe", plan=plan.swap)
-    kernel.sysctl_settings(name="Kernel memory sysctls", plan=plan.kernel)
-    kernel.transparent_hugepages(name="Transparent hugepages", plan=plan.kernel)
+        swap.prepare_nvme(name=f"Prepare NVMe {plan.nvme.device} at {plan.nvme.mount}", plan=plan.nvme, profile=profile)
+    swap.swap_file(name="Swap file on NVMe", plan=plan.swap, profile=profile)
+    kernel.sysctl_settings(name="Kernel memory sysctls", plan=plan.kernel, profile=profile)
+    kernel.transparent_hugepages(name="Transparent hugepages", plan=plan.kernel, profile=profile)
     if plan.vllm.enabled:
-        vllm_service.vllm_service(name="vLLM systemd unit", plan=plan.vllm)
-        vllm_service.vllm_ready(name="vLLM readiness gate", plan=plan.vllm)
+        vllm_service.vllm_service(name="vLLM systemd unit", plan=plan.vllm, profile=profile)
+        vllm_service.vllm_ready(name="vLLM readiness gate", plan=plan.vllm, profile=profile)

@@ -11,16 +11,23 @@ from hostkit.planning_facts import FilesystemFact, GpuFact, NvmeDeviceFact, Plan
 def planning_facts(snap: HostSnapshot) -> PlanningFacts:
     system, storage, gpu = snap.system, snap.storage, snap.gpu
     nvme_disks = [d for d in storage.block_devices if d.type == "disk" and d.on_nvme]
+    fstab_by_uuid = {e.spec[len("UUID="):]: e.file for e in storage.fstab if e.spec.startswith("UUID=")}
     nvme_devices = []
     for disk in nvme_disks:
         family = storage.device_and_descendants(disk.path)
-        signatures = storage.devices.get(disk.path)
+        probe = storage.devices.get(disk.path)
+        if probe is None:
+            signatures = [d.fstype for d in family if d.fstype]
+        elif not probe.probed:
+            signatures = ["unknown (neither wipefs nor blkid could read it)"]
+        else:
+            signatures = list(probe.signatures + probe.partitions)
         nvme_devices.append(NvmeDeviceFact(
             path=disk.path,
             size_bytes=disk.size_bytes,
-            signatures=list(signatures.signatures + signatures.partitions) if signatures else
-            [d.fstype for d in family if d.fstype],
+            signatures=signatures,
             mountpoints=[m for d in family for m in d.mountpoints],
+            fstab_mountpoint=next((fstab_by_uuid[d.uuid] for d in family if d.uuid in fstab_by_uuid), None),
         ))
     return PlanningFacts(
         ram_total_bytes=system.mem_total_bytes,

@@ -126,6 +126,10 @@ def _plan_nvme(p: HostProfile, facts: PlanningFacts, found: _Findings) -> NvmePl
         return NvmePlan(device=device.path, mount=mount)
     if mount in device.mountpoints:
         return NvmePlan(device=device.path, mount=mount)
+    if device.fstab_mountpoint == mount:
+        # hostkit's own filesystem, not mounted (a slow boot hit the device timeout): remount it.
+        found.notes.append(f"{device.path} is hostkit's filesystem for {mount} but not mounted: it is mounted again")
+        return NvmePlan(device=device.path, mount=mount)
     holds = ", ".join(device.signatures) or "partitions"
     where = f"mounted at {', '.join(device.mountpoints)}" if device.mountpoints else "not mounted"
     found.refuse(
@@ -210,9 +214,10 @@ def _plan_swap(p: HostProfile, facts: PlanningFacts, nvme: NvmePlan | None, foun
     path = posixpath.join(target.directory, SWAP_FILE_NAME)
     existing = sum(s.size_bytes for s in facts.swaps if s.path == path)
     reserve = max(GIB, target.size_bytes // 20)
-    usable = target.avail_bytes + existing - reserve
+    # A resize writes the new file before the old one goes, so a new size must fit beside it.
+    room_for_new = target.avail_bytes - reserve
     room = (
-        f"{format_size(target.avail_bytes + existing)} free on {target.mountpoint}"
+        f"{format_size(target.avail_bytes)} free on {target.mountpoint}"
         f" ({target.fstype}), {format_size(reserve)} kept spare"
     )
     others = [s for s in facts.swaps if s.path != path]
@@ -222,7 +227,10 @@ def _plan_swap(p: HostProfile, facts: PlanningFacts, nvme: NvmePlan | None, foun
 
     if p.swap_size == "auto":
         wanted = min(max(facts.ram_total_bytes, SWAP_AUTO_MIN), SWAP_AUTO_MAX)
-        size = _round_down(min(wanted, usable), MIB)
+        size = _round_down(min(wanted, room_for_new), MIB)
+        if existing and size <= existing <= wanted:
+            # Keep a file that was capped by free space earlier: no resize churn as space varies.
+            size = existing
         if size < SWAP_MIN:
             found.refuse("swap_size", f"auto: less than {format_size(SWAP_MIN)} fits in {target.directory} ({room})")
             return SwapPlan(enabled=True, path=path, priority=p.swap_priority, reason="no room")
@@ -233,7 +241,7 @@ def _plan_swap(p: HostProfile, facts: PlanningFacts, nvme: NvmePlan | None, foun
         size = p.swap_size
         if size < SWAP_MIN:
             found.refuse("swap_size", f"{format_size(size)} is below {format_size(SWAP_MIN)}; set swap_enabled = False for no swap")
-        elif size > usable:
+        elif size != existing and size > room_for_new:
             found.refuse("swap_size", f"{format_size(size)} does not fit in {target.directory} ({room})")
         reason = f"swap_size {format_size(size)}"
     reason += f"; {target.why}"

@@ -29,6 +29,8 @@ class NvmeDeviceFact(_Facts):
     size_bytes: int
     signatures: list[str] = Field(default_factory=list)  # filesystem/partition-table types; empty = blank
     mountpoints: list[str] = Field(default_factory=list)  # of the device and its partitions
+    # Where /etc/fstab mounts this device's filesystem (by UUID), mounted now or not.
+    fstab_mountpoint: str | None = None
 
     @property
     def is_blank(self) -> bool:

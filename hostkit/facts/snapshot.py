@@ -18,7 +18,10 @@ from typing import Any
 from pyinfra.api import FactBase, Host
 
 from hostkit.facts.gpu import GpuFact
+from hostkit.facts.kernel import KernelFact
+from hostkit.facts.storage import StorageFact
 from hostkit.facts.system import SystemFact
+from hostkit.facts.vllm_service import VllmServiceFact
 
 MARKER = "@@hostkit-section@@"
 
@@ -26,6 +29,9 @@ MARKER = "@@hostkit-section@@"
 SECTIONS: tuple[type[FactBase], ...] = (
     SystemFact,
     GpuFact,
+    KernelFact,
+    StorageFact,
+    VllmServiceFact,
 )
 
 

@@ -18,7 +18,7 @@ from hostkit.lab.progress import say
 
 MEMORY_MB = 2048
 NVME_SIZE = "8G"
-BOOT_TIMEOUT_S = 300
+BOOT_TIMEOUT_S = 600
 
 
 def default_lab_dir() -> Path:

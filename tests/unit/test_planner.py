@@ -156,6 +156,25 @@ def test_an_existing_hostkit_swap_file_counts_as_free_space():
     assert swap.size_bytes == 16 * GIB  # 10G free + 16G of our own file - 5G reserve
 
 
+def test_a_resize_needs_room_for_the_new_file_beside_the_old_one():
+    # 20G free, reserve 5G: a 16G file exists, growing to 24G needs 24G free beside it.
+    small = nvme_fs(size=100 * GIB, avail=20 * GIB)
+    existing = SwapFact(path="/mnt/nvme/vllm-hostkit.swap", size_bytes=16 * GIB, used_bytes=0, priority=10)
+    error = refused({"swap_size": "24G"}, facts(filesystems=[ROOT_SSD, small], swaps=[existing]))
+    assert "host gpu-a1: swap_size: 24G does not fit in /mnt/nvme" in str(error)
+    # Keeping the same size needs no new room.
+    kept = plan({"swap_size": "16G"}, facts(filesystems=[ROOT_SSD, small], swaps=[existing])).swap
+    assert kept.size_bytes == 16 * GIB
+
+
+def test_auto_swap_keeps_a_file_that_free_space_capped_earlier():
+    # The 6G file was capped by space; free space moved since: no resize churn.
+    small = nvme_fs(size=100 * GIB, avail=9 * GIB)
+    existing = SwapFact(path="/mnt/nvme/vllm-hostkit.swap", size_bytes=6 * GIB, used_bytes=0, priority=10)
+    swap = plan(host_facts=facts(filesystems=[ROOT_SSD, small], swaps=[existing])).swap
+    assert swap.size_bytes == 6 * GIB
+
+
 def test_auto_swap_dir_picks_the_nvme_filesystem_with_most_free_space():
     a = nvme_fs("/mnt/a", avail=100 * GIB)
     b = nvme_fs("/mnt/b", avail=900 * GIB)
@@ -210,6 +229,15 @@ def test_nvme_device_already_mounted_at_nvme_mount_stays_planned():
     prepared = NvmeDeviceFact(path="/dev/nvme1n1", size_bytes=900 * GIB, signatures=["ext4"], mountpoints=["/mnt/nvme"])
     result = plan({"nvme_device": "/dev/nvme1n1"}, facts(nvme_devices=[prepared]))
     assert result.nvme is not None and result.swap.path == "/mnt/nvme/vllm-hostkit.swap"
+
+
+def test_hostkits_own_unmounted_nvme_filesystem_is_mounted_again():
+    # A slow boot hit x-systemd.device-timeout: the fstab line (by UUID) names nvme_mount.
+    unmounted = NvmeDeviceFact(path="/dev/nvme1n1", size_bytes=900 * GIB, signatures=["ext4"], mountpoints=[],
+                               fstab_mountpoint="/mnt/nvme")
+    result = plan({"nvme_device": "/dev/nvme1n1"}, facts(filesystems=[ROOT_SSD], nvme_devices=[unmounted]))
+    assert result.nvme is not None and result.nvme.mount == "/mnt/nvme"
+    assert any("mounted again" in note for note in result.notes)
 
 
 def test_nvme_device_with_data_elsewhere_is_refused():

@@ -1,0 +1,19 @@
+"""The NVMe and swap part of the vLLM host deploy, alone, for tests/e2e/test_swap.py.
+
+`e2e_swap_plan` / `e2e_nvme_plan` in the host data (dicts of SwapPlan / NvmePlan fields)
+replace the planner's choice, so that a test can reach the operations' own checks on the
+host (free space, blank device) that the planner would otherwise refuse first.
+"""
+
+from pyinfra import host
+
+from hostkit.deploy import current_plan
+from hostkit.operations import swap
+from hostkit.plans import NvmePlan, SwapPlan
+
+profile, plan = current_plan()
+nvme = NvmePlan(**host.data.e2e_nvme_plan) if host.data.get("e2e_nvme_plan") else plan.nvme
+swap_plan = SwapPlan(**host.data.e2e_swap_plan) if host.data.get("e2e_swap_plan") else plan.swap
+if nvme is not None:
+    swap.prepare_nvme(name="Prepare NVMe", plan=nvme, profile=profile)
+swap.swap_file(name="Swap file", plan=swap_plan, profile=profile)

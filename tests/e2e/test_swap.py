@@ -1,0 +1,226 @@
+"""Swap on NVMe, end to end: real Debian VMs (8 GiB blank /dev/nvme0n1, 2 GiB RAM), real
+pyinfra over ssh, running tests/e2e/deploys/swap_only.py (the NVMe and swap part of the
+vLLM host deploy).
+
+The tests on `shared_lab_host` run in file order on one VM and never reboot it; each first
+brings the host to the lab plan (a no-op when the test before it passed). The boot test
+has its own VM.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+DEPLOY = Path(__file__).parent / "deploys" / "swap_only.py"
+SWAP = "/mnt/nvme/vllm-hostkit.swap"
+GIB = 2**30
+MIB = 2**20
+# Swap-only runs: no vLLM planning, nothing else on the host changes.
+BASE = {"vllm_enabled": False}
+
+
+def deploy(run_deploy, lab_host, **data):
+    return run_deploy(lab_host, data={**BASE, **data}, deploy=DEPLOY)
+
+
+def sh(lab_host, command: str) -> str:
+    result = lab_host.ssh(command)
+    assert result.returncode == 0, f"{command}: {result.stderr}"
+    return result.stdout
+
+
+def proc_swaps(lab_host) -> dict[str, tuple[int, int, int]]:
+    """path -> (size KiB, used KiB, priority)."""
+    lines = sh(lab_host, "cat /proc/swaps").splitlines()[1:]
+    return {f[0]: (int(f[2]), int(f[3]), int(f[4])) for f in (line.split() for line in lines)}
+
+
+def fstab_entries(lab_host, field: int, value: str) -> list[list[str]]:
+    lines = sh(lab_host, "cat /etc/fstab").splitlines()
+    return [f for f in (line.split() for line in lines) if len(f) > field and not f[0].startswith("#")
+            and f[field] == value]
+
+
+def assert_swap_as_planned(lab_host, size: int, priority: int = 10) -> None:
+    swaps = proc_swaps(lab_host)
+    assert list(swaps) == [SWAP]
+    size_kib, _used, active_priority = swaps[SWAP]
+    assert abs(size_kib * 1024 - size) <= 8192 and active_priority == priority
+    assert sh(lab_host, f"stat -c '%s %a %U:%G' {SWAP}").split() == [str(size), "600", "root:root"]
+    assert fstab_entries(lab_host, 0, SWAP) == [[SWAP, "none", "swap", f"nofail,pri={priority}", "0", "0"]]
+    assert sh(lab_host, f"ls {SWAP}.new 2>/dev/null || true").strip() == ""
+
+
+def assert_nvme_mounted(lab_host) -> str:
+    uuid = sh(lab_host, "blkid -p -o value -s UUID /dev/nvme0n1").strip()
+    assert sh(lab_host, "findmnt -n -o SOURCE /mnt/nvme").strip() == "/dev/nvme0n1"
+    assert fstab_entries(lab_host, 1, "/mnt/nvme") == [
+        [f"UUID={uuid}", "/mnt/nvme", "ext4", "defaults,nofail,x-systemd.device-timeout=30s", "0", "2"]]
+    return uuid
+
+
+def assert_no_change(run_deploy, lab_host, **data) -> None:
+    run = deploy(run_deploy, lab_host, **data)
+    assert run.ok, run.output
+    assert run.changed == [], f"a converged host changed: {run.changed}\n{run.output}"
+
+
+# -- one VM, no reboots ----------------------------------------------------------------------
+
+
+def test_non_blank_nvme_is_refused_and_a_blank_one_gets_swap(shared_lab_host, run_deploy):
+    host = shared_lab_host
+    sh(host, "mkfs.ext4 -q -L userdata /dev/nvme0n1")
+
+    # The planner refuses first, naming the device and what is on it.
+    run = deploy(run_deploy, host)
+    assert not run.ok
+    assert "/dev/nvme0n1 holds ext4" in run.output
+
+    # With the planner out of the way, prepare_nvme refuses on its own.
+    run = deploy(run_deploy, host, nvme_device=None, swap_dir="/var/tmp",
+                 e2e_nvme_plan={"device": "/dev/nvme0n1", "mount": "/mnt/nvme"}, e2e_swap_plan={"enabled": False})
+    assert not run.ok
+    assert "refusing to format /dev/nvme0n1: it is not blank: /dev/nvme0n1 carries ext4" in run.output
+    assert sh(host, "blkid -p -o value -s LABEL /dev/nvme0n1").strip() == "userdata"
+    assert sh(host, "findmnt -n /mnt/nvme || true").strip() == ""
+
+    sh(host, "wipefs -q -a /dev/nvme0n1")
+    run = deploy(run_deploy, host)
+    assert run.ok, run.output
+    assert_nvme_mounted(host)
+    assert_swap_as_planned(host, GIB)
+
+    assert_no_change(run_deploy, host)
+
+
+def test_resize_up_and_down_is_make_before_break(shared_lab_host, run_deploy):
+    host = shared_lab_host
+    assert deploy(run_deploy, host).ok
+
+    run = deploy(run_deploy, host, swap_size="2G")
+    assert run.ok, run.output
+    assert_swap_as_planned(host, 2 * GIB)
+
+    run = deploy(run_deploy, host, swap_size="1G")
+    assert run.ok, run.output
+    assert_swap_as_planned(host, GIB)
+    assert_no_change(run_deploy, host)
+
+
+def test_drift_is_corrected(shared_lab_host, run_deploy):
+    host = shared_lab_host
+    assert deploy(run_deploy, host).ok
+    sh(host, f"swapoff {SWAP} && chmod 644 {SWAP} && sed -i '\\#^{SWAP} #d' /etc/fstab")
+
+    run = deploy(run_deploy, host)
+    assert run.ok, run.output
+    assert_swap_as_planned(host, GIB)
+
+    sh(host, f"swapoff {SWAP} && swapon -p 3 {SWAP}")
+    run = deploy(run_deploy, host)
+    assert run.ok, run.output
+    assert_swap_as_planned(host, GIB)
+    assert_no_change(run_deploy, host)
+
+
+def test_disk_full_is_refused_or_cleaned_up(shared_lab_host, run_deploy):
+    """A small filesystem: a 700 MiB ext4 image on the NVMe, loop-mounted at /mnt/small. The
+    planner plans for /mnt/nvme as usual; e2e_swap_plan points the operation at /mnt/small."""
+    host = shared_lab_host
+    assert deploy(run_deploy, host).ok
+    sh(host, "truncate -s 700M /mnt/nvme/small.img && mkfs.ext4 -q -F /mnt/nvme/small.img"
+             " && mkdir -p /mnt/small && mount -o loop /mnt/nvme/small.img /mnt/small")
+    fstab_before = sh(host, "cat /etc/fstab")
+    filler = None
+    try:
+        # The planner refuses a size that does not fit.
+        run = deploy(run_deploy, host, swap_size="4G", swap_dir="/mnt/small")
+        assert not run.ok and "does not fit in /mnt/small" in run.output
+
+        # The host-side check refuses before writing anything, with the numbers.
+        plan = {"enabled": True, "path": "/mnt/small/vllm-hostkit.swap", "size_bytes": 512 * MIB}
+        run = deploy(run_deploy, host, e2e_swap_plan=plan)
+        assert not run.ok
+        assert "not enough free space in /mnt/small for /mnt/small/vllm-hostkit.swap: need 512 MiB plus" in run.output
+
+        # The disk fills up while dd writes (a filler takes the free space once the file
+        # appears): the partial file is removed and no fstab entry is written.
+        filler = sh(host, "nohup sh -c 'while [ ! -e /mnt/small/vllm-hostkit.swap ]; do sleep 0.05; done;"
+                          " fallocate -l $(( $(df -B1 --output=avail /mnt/small | tail -n 1) - 4194304 ))"
+                          " /mnt/small/filler' > /dev/null 2>&1 & echo $!").strip()
+        plan = {**plan, "size_bytes": 256 * MIB}
+        run = deploy(run_deploy, host, e2e_swap_plan=plan)
+        assert not run.ok
+        assert "No space left on device" in run.output
+        assert "removed the partial swap file /mnt/small/vllm-hostkit.swap" in run.output
+        assert sh(host, "ls /mnt/small").split() == ["filler", "lost+found"]
+        assert sh(host, "cat /etc/fstab") == fstab_before
+        assert list(proc_swaps(host)) == [SWAP]
+    finally:
+        if filler:
+            host.ssh(f"kill {filler} 2>/dev/null")
+        host.ssh("umount /mnt/small; rm -f /mnt/nvme/small.img")
+    assert_no_change(run_deploy, host)
+
+
+def test_swapoff_is_refused_while_memory_is_short_then_swap_is_removed(shared_lab_host, run_deploy):
+    host = shared_lab_host
+    assert deploy(run_deploy, host).ok
+    hog = sh(host, "nohup python3 -c 'import time; b = b\"\\x01\" * (1900 << 20); time.sleep(3600)'"
+                   " > /dev/null 2>&1 & echo $!").strip()
+    try:
+        deadline = time.monotonic() + 300
+        while proc_swaps(host)[SWAP][1] < 200 * 1024:
+            assert time.monotonic() < deadline, "the memory hog never pushed pages into swap"
+            time.sleep(5)
+
+        run = deploy(run_deploy, host, swap_enabled=False)
+        assert not run.ok
+        assert f"refusing to swapoff {SWAP}: it holds" in run.output
+        assert "MiB of swapped-out pages; swapoff needs those plus a 256 MiB margin" in run.output
+        assert SWAP in proc_swaps(host) and fstab_entries(host, 0, SWAP)
+    finally:
+        host.ssh(f"kill {hog}")
+
+    run = deploy(run_deploy, host, swap_enabled=False)
+    assert run.ok, run.output
+    assert proc_swaps(host) == {}
+    assert sh(host, f"ls {SWAP} 2>/dev/null || true").strip() == ""
+    assert fstab_entries(host, 0, SWAP) == []
+    assert_no_change(run_deploy, host, swap_enabled=False)
+
+
+# -- boots -----------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_swap_comes_back_after_reboot_and_after_a_blank_nvme_boot(lab_host, run_deploy):
+    host = lab_host
+    run = deploy(run_deploy, host)
+    assert run.ok, run.output
+    first_uuid = assert_nvme_mounted(host)
+
+    host.reboot()
+    assert_nvme_mounted(host)
+    assert_swap_as_planned(host, GIB)
+
+    # An instance-store NVMe after stop/start: blank. The host must boot without the swap.
+    host.stop()
+    host.blank_nvme()
+    host.start()
+    host.wait_for_ssh()
+    state = host.ssh("systemctl is-system-running --wait").stdout.strip()
+    assert state in ("running", "degraded"), state
+    assert proc_swaps(host) == {}
+    assert sh(host, "findmnt -n /mnt/nvme || true").strip() == ""
+    assert "Timed out waiting for device" in sh(host, "journalctl -b --no-pager | grep 'Timed out' || true")
+
+    run = deploy(run_deploy, host)
+    assert run.ok, run.output
+    assert assert_nvme_mounted(host) != first_uuid
+    assert_swap_as_planned(host, GIB)
+    assert_no_change(run_deploy, host)

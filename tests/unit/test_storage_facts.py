@@ -1,0 +1,204 @@
+"""The storage section: its parser on real outputs, and its command run under sh.
+
+Fixtures in fixtures/storage/ are the section's real output on a Debian 12 lab host
+(qemu NVMe disk): blank, after prepare_nvme, and after a 1 GiB swap file was made.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from hostkit.facts.snapshot import SECTIONS
+from hostkit.facts.storage import (
+    StorageFact,
+    decode_octal,
+    encode_octal,
+    parse_df,
+    parse_fstab,
+    parse_lsblk,
+    parse_proc_swaps,
+)
+from hostkit.operations import swap
+from hostkit.plans import NvmePlan, SwapPlan
+
+FIXTURES = Path(__file__).parent / "fixtures" / "storage"
+PATH = "/mnt/nvme/vllm-hostkit.swap"
+UUID = "4d0717ea-d116-42b8-b639-05b4867a5afb"
+
+
+def load(name: str):
+    return StorageFact().process((FIXTURES / name).read_text().splitlines())
+
+
+def test_storage_is_a_snapshot_section():
+    assert StorageFact in SECTIONS and StorageFact.section == "storage"
+
+
+def test_blank_nvme_host():
+    storage = load("debian12-blank-nvme.txt")
+    assert storage.swaps == ()
+    nvme = storage.block_device("/dev/nvme0n1")
+    assert nvme.on_nvme and nvme.tran == "nvme" and nvme.size_bytes == 8 * 2**30 and nvme.mountpoints == ()
+    assert not storage.block_device("/dev/vda").on_nvme
+    assert storage.nvme_filesystems() == []
+    device = storage.devices["/dev/nvme0n1"]
+    assert device.present and device.probed and device.blank and device.signatures == ()
+    assert storage.dirs["/mnt/nvme"].existing == "/mnt" and not storage.dirs["/mnt/nvme"].exists
+    assert not storage.is_mountpoint("/mnt/nvme")
+    assert storage.fstype_for("/mnt/nvme") == "ext4"  # the root filesystem underneath
+    assert [e.file for e in storage.fstab] == ["/"]
+
+
+def test_blank_nvme_host_gets_formatted_and_no_swap_until_mounted():
+    storage = load("debian12-blank-nvme.txt")
+    assert swap.nvme_steps(NvmePlan(device="/dev/nvme0n1", mount="/mnt/nvme"), storage)
+    with pytest.raises(swap.SwapRefused, match="nothing is mounted there"):
+        swap.swap_steps(SwapPlan(enabled=True, path=PATH, size_bytes=2**30), storage, nvme_mount="/mnt/nvme")
+
+
+def test_mounted_nvme_host():
+    storage = load("debian12-nvme-mounted.txt")
+    [fs] = storage.nvme_filesystems()
+    assert (fs.mountpoint, fs.source, fs.fstype, fs.on_nvme) == ("/mnt/nvme", "/dev/nvme0n1", "ext4", True)
+    assert fs.avail_bytes > 7 * 10**9
+    assert storage.devices["/dev/nvme0n1"].signatures == ("ext4",)
+    assert not storage.devices["/dev/nvme0n1"].blank
+    [entry] = storage.fstab_mount_entries("/mnt/nvme")
+    assert entry.spec.startswith("UUID=") and entry.option("nofail") == ""
+    assert entry.option("x-systemd.device-timeout") == "5s"
+
+
+def test_converged_host():
+    storage = load("debian12-converged.txt")
+    [area] = storage.swaps
+    assert (area.path, area.kind, area.size_bytes, area.used_bytes, area.priority) == (
+        PATH, "file", 1048572 * 1024, 0, 10)
+    file = storage.files[PATH]
+    assert (file.size_bytes, file.mode, file.uid, file.gid, file.swap_signature) == (2**30, 0o600, 0, 0, True)
+    assert file.is_regular and not file.sparse
+    [entry] = storage.fstab_swap_entries(PATH)
+    assert entry.options == ("nofail", "pri=10") and entry.option("pri") == "10"
+    assert storage.devices["/dev/nvme0n1"].uuid == UUID
+    assert storage.block_device("/dev/nvme0n1").uuid == UUID
+    assert storage.hostkit_swap_paths() == [PATH]
+    plan = SwapPlan(enabled=True, path=PATH, size_bytes=2**30)
+    assert swap.swap_steps(plan, storage, nvme_mount="/mnt/nvme") == []
+    assert swap.swap_problems(plan, storage) == []
+    assert swap.nvme_steps(NvmePlan(device="/dev/nvme0n1", mount="/mnt/nvme"), storage) == []
+
+
+def test_proc_swaps_with_escaped_names_and_partitions():
+    areas = parse_proc_swaps([
+        "Filename\t\t\t\tType\t\tSize\t\tUsed\t\tPriority",
+        "/dev/dm-1                               partition\t8388604\t\t1024\t\t-2",
+        "/mnt/my\\040disk/vllm-hostkit.swap       file\t\t1048572\t\t0\t\t10",
+    ])
+    assert [(a.path, a.kind, a.size_bytes, a.used_bytes, a.priority) for a in areas] == [
+        ("/dev/dm-1", "partition", 8388604 * 1024, 1024 * 1024, -2),
+        ("/mnt/my disk/vllm-hostkit.swap", "file", 1048572 * 1024, 0, 10),
+    ]
+
+
+def test_octal_escapes_round_trip():
+    assert decode_octal("/a\\040b\\011c") == "/a b\tc"
+    assert encode_octal("/a b\tc") == "/a\\040b\\011c"
+
+
+def test_lsblk_partitions_and_lvm_on_nvme_inherit_nvme_and_old_mountpoint_column():
+    text = """{"blockdevices": [
+      {"name": "nvme1n1", "path": "/dev/nvme1n1", "type": "disk", "tran": "nvme", "fstype": null, "uuid": null,
+       "mountpoint": null, "size": "1000204886016",
+       "children": [
+         {"name": "nvme1n1p1", "path": "/dev/nvme1n1p1", "type": "part", "tran": null, "fstype": "LVM2_member",
+          "uuid": "x", "mountpoint": null, "size": "1000203091968",
+          "children": [{"name": "vg-data", "path": "/dev/mapper/vg-data", "type": "lvm", "tran": null,
+                        "fstype": "xfs", "uuid": "y", "mountpoint": "/data", "size": "1000203091968"}]}]},
+      {"name": "sda", "path": "/dev/sda", "type": "disk", "tran": "sata", "fstype": "ext4", "uuid": "z",
+       "mountpoint": "/", "size": "512110190592"}]}"""
+    devices = {d.path: d for d in parse_lsblk(text)}
+    assert devices["/dev/mapper/vg-data"].on_nvme and devices["/dev/mapper/vg-data"].mountpoints == ("/data",)
+    assert devices["/dev/nvme1n1"].children == ("/dev/nvme1n1p1",)
+    assert devices["/dev/nvme1n1"].size_bytes == 1000204886016
+    assert not devices["/dev/sda"].on_nvme
+    assert parse_lsblk("") == [] and parse_lsblk("lsblk: unknown column") == []
+
+
+def test_df_keeps_mount_points_with_spaces_and_marks_nvme():
+    fs = parse_df([
+        "Filesystem     Type       1-blocks       Used  Available Capacity Mounted on",
+        "/dev/nvme0n1p1 ext4     8350298112 1073770496 6830256128      14% /mnt/my disk",
+    ], {"/mnt/my disk"})
+    assert [(f.mountpoint, f.on_nvme, f.avail_bytes) for f in fs] == [("/mnt/my disk", True, 6830256128)]
+
+
+def test_fstab_parsing_skips_comments_and_reads_options():
+    entries = parse_fstab([
+        "# <file system> <mount point> <type> <options> <dump> <pass>",
+        "   # indented comment",
+        "",
+        "UUID=abc /mnt/nvme ext4 defaults,nofail,x-systemd.device-timeout=5s 0 2",
+        "/swap\\040file none swap sw",
+    ])
+    assert [(e.spec, e.file, e.vfstype, e.line_no) for e in entries] == [
+        ("UUID=abc", "/mnt/nvme", "ext4", 4), ("/swap file", "none", "swap", 5)]
+    assert entries[0].option("x-systemd.device-timeout") == "5s" and entries[0].option("noauto") is None
+
+
+def test_mount_lookup_uses_the_longest_mount_point_and_statfs_for_the_unknown():
+    storage = StorageFact().process([
+        "%%hostkit-storage:mounts",
+        "/dev/vda / ext4 rw 0 0",
+        "server:/export /mnt/shared nfs4 rw 0 0",
+        "%%hostkit-storage:dirs",
+        "dir\t/mnt/shared\tnfs\t/mnt/shared\t/mnt/shared/swap",
+    ])
+    assert storage.fstype_for("/mnt/shared/swap") == "nfs4"
+    assert storage.fstype_for("/mnt/sharedx") == "ext4"
+    assert storage.fstype_for("/var/swap") == "ext4"
+
+
+def test_devices_that_cannot_be_probed_are_not_blank():
+    storage = StorageFact().process([
+        "%%hostkit-storage:devices", "device /dev/nvme0n1", "present", "realpath=/dev/nvme0n1",
+        "device /dev/nvme9n1",
+    ])
+    assert not storage.devices["/dev/nvme0n1"].blank and not storage.devices["/dev/nvme0n1"].probed
+    assert not storage.devices["/dev/nvme9n1"].present
+    assert "could not be checked" in storage.devices["/dev/nvme0n1"].describe()
+    assert storage.devices["/dev/nvme9n1"].describe() == "/dev/nvme9n1 does not exist"
+
+
+class Profile:
+    swap_dir = "auto"
+    nvme_device = None
+    nvme_mount = "/mnt/nvme"
+
+
+def test_command_runs_under_sh_and_finds_hostkit_swap_files(tmp_path):
+    """The command itself, on this machine: it must exit 0 and find a planted swap file."""
+    if shutil.which("sh") is None:
+        pytest.skip("no sh")
+
+    class Here(Profile):
+        swap_dir = str(tmp_path / "swapdir")
+
+    (tmp_path / "swapdir").mkdir()
+    planted = tmp_path / "swapdir" / "vllm-hostkit.swap"
+    planted.write_bytes(b"\0" * 8192)
+    planted.chmod(0o640)
+    result = subprocess.run(["sh", "-c", StorageFact().command(Here)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    storage = StorageFact().process(result.stdout.splitlines())
+    file = storage.files[str(planted)]
+    assert (file.size_bytes, file.mode, file.is_regular, file.swap_signature) == (8192, 0o640, True, False)
+    assert storage.dirs[str(tmp_path / "swapdir")].exists
+    assert storage.mounts and storage.fstype_for(str(tmp_path)) is not None
+
+
+def test_command_without_profile_uses_defaults():
+    command = StorageFact().command(None)
+    assert "/mnt/nvme" in command and "for dev in $( { echo ;" in command
