@@ -5,7 +5,9 @@ from __future__ import annotations
 import click
 
 from hostkit import __version__
+from hostkit.commands.doctor import doctor
 from hostkit.commands.lab import lab
+from hostkit.commands.smoke import smoke
 from hostkit.commands.plan import plan
 from hostkit.commands.rollout import rollout
 from hostkit.commands.verify import verify
@@ -18,6 +20,8 @@ def main() -> None:
 
 
 main.add_command(lab)
+main.add_command(doctor)
+main.add_command(smoke)
 main.add_command(plan)
 main.add_command(rollout)
 main.add_command(verify)

@@ -1,0 +1,74 @@
+"""`hostkit doctor`: read a vLLM host's memory state and name the risks, each with its fix."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import click
+
+from hostkit.plans import VLLM_UNIT
+
+
+@click.command()
+@click.argument("inventory", required=False)
+@click.option("--local", is_flag=True, help="Diagnose this host (psutil and local probes), not an inventory.")
+@click.option("--limit", multiple=True, metavar="HOST", help="Only these inventory hosts or groups (like pyinfra --limit).")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option("--unit", default=VLLM_UNIT, show_default=True, help="The vLLM systemd unit.")
+def doctor(inventory: str | None, local: bool, limit: tuple[str, ...], fmt: str, unit: str) -> None:
+    """Find memory risks on vLLM hosts: swap, OOM kills, the unit's limit, GPU sharing, vLLM flags.
+
+    Exits 1 when any host has a critical finding, 3 when a host could not be read.
+    """
+    from hostkit.doctor.report import exit_code, render_json, render_text
+
+    if local == bool(inventory):
+        raise click.UsageError("give either --local or an INVENTORY")
+    if local and limit:
+        raise click.UsageError("--limit applies to an INVENTORY, not to --local")
+    if local:
+        from hostkit.doctor.gather import gather_local
+        from hostkit.doctor.rules import diagnose
+
+        diagnoses, unreachable = [diagnose(gather_local(unit))], []
+    else:
+        diagnoses, unreachable = _diagnose_inventory(inventory, list(limit), unit)
+    click.echo(render_json(diagnoses, unreachable) if fmt == "json" else render_text(diagnoses, unreachable))
+    raise SystemExit(exit_code(diagnoses, unreachable))
+
+
+def _diagnose_inventory(inventory: str, limit: list[str], unit: str):
+    from hostkit.doctor.gather import gather_host
+    from hostkit.doctor.rules import Finding, Severity, diagnose
+    from hostkit.fleet import connected_hosts
+    from hostkit.profile import ProfileError, load_inventory, profile_from_data
+
+    try:
+        entries = load_inventory(inventory, limit=limit or None)
+    except FileNotFoundError as error:
+        raise click.UsageError(str(error)) from None
+    if not entries:
+        raise click.UsageError(f"no hosts in {inventory}" + (f" matching {', '.join(limit)}" if limit else ""))
+    profiles, invalid = {}, {}
+    for name, data in entries:
+        try:
+            profiles[name] = profile_from_data(name, data)
+        except ProfileError as error:
+            invalid[name] = error
+    diagnoses = []
+    with connected_hosts(inventory, limit or None) as hosts:
+        for host in hosts:
+            profile = profiles.get(host.name)
+            diagnosis = diagnose(
+                gather_host(host, unit, profile.vllm_command if profile else None), profile
+            )
+            if host.name in invalid:
+                diagnosis = replace(diagnosis, findings=diagnosis.findings + (Finding(
+                    "inventory-data-invalid", Severity.WARNING,
+                    f"This host's inventory data is invalid, so it was diagnosed without it:\n{invalid[host.name]}",
+                    "Fix the data (`hostkit plan` shows every issue).",
+                ),))
+            diagnoses.append(diagnosis)
+    reached = {diagnosis.inputs.host for diagnosis in diagnoses}
+    unreachable = [name for name, _ in entries if name not in reached]
+    return diagnoses, unreachable

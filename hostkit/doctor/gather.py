@@ -1,0 +1,455 @@
+"""Read what `hostkit doctor` diagnoses: from a remote host in one command (a pyinfra fact),
+or from this host with psutil plus the same shell probes.
+
+The command prints sub-sections between `@@doctor:NAME@@` lines:
+
+- meminfo: /proc/meminfo; vm: swappiness, THP, the cgroup filesystem type;
+- unit: `systemctl show` of the vLLM unit (state, main PID, memory properties, ExecStart);
+- cgroup: the unit's memory cgroup files (v2 and v1 names) as `file=value`;
+- argv: the unit's main process command line from /proc/PID/cmdline, one word a line;
+- ps: `pid ppid rss_kib args` of every process (finds a vLLM started outside systemd and
+  the process tree: V1 runs its engine in child processes);
+- dist: vllm-*.dist-info directories in the environments of the commands seen, which is
+  the installed vLLM release without importing vLLM (that takes seconds and loads torch);
+- oom: the kernel log's OOM lines since boot (hostkit.doctor.kernel_log);
+- gpu / gpu-apps: `nvidia-smi` memory per GPU and per compute process, when nvidia-smi exists.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import subprocess
+from collections.abc import Iterable
+
+from pyinfra.api import FactBase
+
+from hostkit.doctor.inputs import (
+    UNLIMITED_FLOOR,
+    DoctorInputs,
+    GpuMemory,
+    HostMemory,
+    KernelTuning,
+    UnitMemory,
+    VllmProcess,
+)
+from hostkit.doctor.kernel_log import kernel_log_oom_command, parse_kernel_log
+from hostkit.plans import VLLM_UNIT
+
+SUB_MARKER = "@@doctor:"
+UNIT_PROPERTIES = (
+    "LoadState",
+    "ActiveState",
+    "SubState",
+    "MainPID",
+    "NRestarts",
+    "MemoryCurrent",
+    "MemoryPeak",
+    "MemoryMax",
+    "MemoryHigh",
+    "MemorySwapMax",
+    "ControlGroup",
+    "ExecStart",
+)
+CGROUP_FILES = (
+    "memory.current",
+    "memory.peak",
+    "memory.max",
+    "memory.high",
+    "memory.swap.current",
+    "memory.swap.max",
+    # cgroup v1
+    "memory.usage_in_bytes",
+    "memory.max_usage_in_bytes",
+    "memory.limit_in_bytes",
+)
+_DIST_INFO = re.compile(r"/vllm-(?P<version>\d+\.\d+\.\d+(?:\.post\d+)?)[^/]*\.dist-info$")
+_THP_SELECTED = re.compile(r"\[([^\]]+)\]")
+
+
+def _marker(name: str) -> str:
+    return f"echo '{SUB_MARKER}{name}@@'"
+
+
+def doctor_command(unit: str = VLLM_UNIT, vllm_command: str | None = None, with_proc: bool = True) -> str:
+    """The probe script. `with_proc=False` leaves out meminfo and ps (local runs use psutil)."""
+    q_unit = shlex.quote(unit)
+    extra_command = f"echo {shlex.quote(vllm_command)}" if vllm_command else ":"
+    cgroup_files = " ".join(CGROUP_FILES)
+    lines = []
+    if with_proc:
+        lines += [_marker("meminfo"), "cat /proc/meminfo"]
+    lines += [
+        _marker("vm"),
+        'echo "swappiness=$(cat /proc/sys/vm/swappiness 2>/dev/null)"',
+        'echo "thp_enabled=$(cat /sys/kernel/mm/transparent_hugepage/enabled 2>/dev/null)"',
+        'echo "thp_defrag=$(cat /sys/kernel/mm/transparent_hugepage/defrag 2>/dev/null)"',
+        'echo "cgroup_fs=$(stat -fc %T /sys/fs/cgroup 2>/dev/null)"',
+        f"unit={q_unit}; cg=; pid=0",
+        "if command -v systemctl >/dev/null 2>&1; then",
+        '  cg=$(systemctl show "$unit" -p ControlGroup --value 2>/dev/null)',
+        '  pid=$(systemctl show "$unit" -p MainPID --value 2>/dev/null)',
+        f"  {_marker('unit')}",
+        f'  systemctl show "$unit" -p {",".join(UNIT_PROPERTIES)} 2>/dev/null',
+        "fi",
+        _marker("cgroup"),
+        'if [ -n "$cg" ]; then for d in "/sys/fs/cgroup$cg" "/sys/fs/cgroup/memory$cg"; do',
+        f'  for f in {cgroup_files}; do v=$(cat "$d/$f" 2>/dev/null) && echo "$f=$v"; done',
+        "  sed 's/^\\([a-z_]*\\) /memory.events.\\1=/' \"$d/memory.events\" 2>/dev/null",
+        "done; fi",
+        _marker("argv"),
+        '[ "${pid:-0}" != 0 ] && { tr \'\\0\' \'\\n\' < "/proc/$pid/cmdline"; } 2>/dev/null',
+    ]
+    if with_proc:
+        lines += [_marker("ps"), "ps -e -ww -o pid=,ppid=,rss=,args= 2>/dev/null"]
+    lines += [
+        _marker("dist"),
+        '{ [ "${pid:-0}" != 0 ] && { tr \'\\0\' \'\\n\' < "/proc/$pid/cmdline"; } 2>/dev/null | head -n 2',
+        "  command -v systemctl >/dev/null 2>&1 && systemctl show \"$unit\" -p ExecStart --value 2>/dev/null"
+        " | sed -n 's/.*path=\\([^ ;]*\\).*/\\1/p'",
+        "  ps -e -ww -o args= 2>/dev/null | awk '/vllm/ { print $1; print $2 }'",
+        f"  {extra_command}",
+        '} | while read -r w; do case "$w" in /*) d=$(dirname "$(dirname "$w")");'
+        ' ls -d "$d"/lib/python3*/site-packages/vllm-*.dist-info "$d"/lib/python3*/dist-packages/vllm-*.dist-info'
+        " 2>/dev/null;; esac; done | sort -u",
+        _marker("oom"),
+        kernel_log_oom_command(),
+        "if command -v nvidia-smi >/dev/null 2>&1; then",
+        f"  {_marker('gpu')}",
+        "  nvidia-smi --query-gpu=index,uuid,memory.total,memory.used --format=csv,noheader,nounits 2>&1;"
+        ' echo "rc=$?"',
+        f"  {_marker('gpu-apps')}",
+        "  nvidia-smi --query-compute-apps=gpu_uuid,pid,used_memory --format=csv,noheader,nounits 2>&1",
+        "fi",
+        "true",
+    ]
+    return "\n".join(lines)
+
+
+def split_sub_sections(output: Iterable[str]) -> dict[str, list[str]]:
+    parts: dict[str, list[str]] = {}
+    current: list[str] | None = None
+    for line in output:
+        if line.startswith(SUB_MARKER):
+            current = parts.setdefault(line[len(SUB_MARKER):].split("@@", 1)[0], [])
+        elif current is not None:
+            current.append(line)
+    return parts
+
+
+def _key_values(lines: Iterable[str]) -> dict[str, str]:
+    values = {}
+    for line in lines:
+        key, sep, value = line.partition("=")
+        if sep:
+            values[key.strip()] = value.strip()
+    return values
+
+
+def _int_or_none(text: str | None) -> int | None:
+    text = (text or "").strip()
+    return int(text) if text.isdigit() else None
+
+
+def _limit(text: str | None) -> int | None:
+    """A memory limit in bytes; None for no limit (`max`, `infinity`, v1's huge number) or unknown."""
+    value = _int_or_none(text)
+    return None if value is None or value >= UNLIMITED_FLOOR else value
+
+
+def parse_meminfo(lines: Iterable[str]) -> HostMemory:
+    fields = {}
+    for line in lines:
+        key, _, value = line.partition(":")
+        words = value.split()
+        if words and words[0].isdigit():
+            fields[key.strip()] = int(words[0]) * (1024 if len(words) > 1 and words[1] == "kB" else 1)
+    swap_total = fields.get("SwapTotal", 0)
+    return HostMemory(
+        ram_total_bytes=fields.get("MemTotal", 0),
+        ram_available_bytes=fields.get("MemAvailable", 0),
+        swap_total_bytes=swap_total,
+        swap_used_bytes=swap_total - fields.get("SwapFree", swap_total),
+    )
+
+
+def parse_tuning(lines: Iterable[str]) -> KernelTuning:
+    values = _key_values(lines)
+
+    def selected(text: str) -> str | None:
+        match = _THP_SELECTED.search(text or "")
+        return match.group(1) if match else None
+
+    return KernelTuning(
+        swappiness=_int_or_none(values.get("swappiness")),
+        thp_enabled=selected(values.get("thp_enabled", "")),
+        thp_defrag=selected(values.get("thp_defrag", "")),
+        cgroup_version=2 if values.get("cgroup_fs") == "cgroup2fs" else 1,
+    )
+
+
+def _exec_start_argv(text: str) -> tuple[str, ...]:
+    match = re.search(r"argv\[\]=(.*?) ; ", text or "")
+    return tuple(match.group(1).split()) if match else ()
+
+
+def _last_exit(exec_start: str) -> str | None:
+    code = re.search(r" code=([^ ;]+) ", exec_start or "")
+    status = re.search(r" status=([^ ;]+) ", exec_start or "")
+    if code is None or code.group(1) == "(null)":
+        return None
+    return f"{code.group(1)}, status {status.group(1)}" if status else code.group(1)
+
+
+def parse_unit(unit: str, unit_lines: list[str] | None, cgroup_lines: Iterable[str]) -> UnitMemory:
+    if unit_lines is None:
+        return UnitMemory(unit=unit, loaded=False)
+    props = _key_values(unit_lines)
+    files = _key_values(cgroup_lines)
+    # The cgroup files are exact and cover what older systemd does not show (MemoryPeak, v1 limits).
+    current = _int_or_none(files.get("memory.current") or files.get("memory.usage_in_bytes") or props.get("MemoryCurrent"))
+    peak = _int_or_none(files.get("memory.peak") or files.get("memory.max_usage_in_bytes") or props.get("MemoryPeak"))
+    limit_text = files.get("memory.max") or files.get("memory.limit_in_bytes") or props.get("MemoryMax")
+    main_pid = _int_or_none(props.get("MainPID"))
+    return UnitMemory(
+        unit=unit,
+        loaded=props.get("LoadState") == "loaded",
+        active_state=props.get("ActiveState") or None,
+        sub_state=props.get("SubState") or None,
+        main_pid=main_pid or None,
+        restarts=_int_or_none(props.get("NRestarts")),
+        current_bytes=current,
+        peak_bytes=peak,
+        max_bytes=_limit(limit_text),
+        high_bytes=_limit(files.get("memory.high") or props.get("MemoryHigh")),
+        swap_current_bytes=_int_or_none(files.get("memory.swap.current")),
+        swap_max_bytes=_limit(files.get("memory.swap.max") or props.get("MemorySwapMax")),
+        oom_kills=_int_or_none(files.get("memory.events.oom_kill")),
+        exec_start=_exec_start_argv(props.get("ExecStart", "")),
+        last_exit=_last_exit(props.get("ExecStart", "")),
+    )
+
+
+def is_vllm_server(argv: Iterable[str]) -> bool:
+    """`vllm serve ...` (any path to the vllm script, any interpreter before it) or the api_server module."""
+    words = list(argv)
+    for index, word in enumerate(words):
+        if word == "vllm.entrypoints.openai.api_server":
+            return True
+        if word.rsplit("/", 1)[-1] == "vllm" and index + 1 < len(words) and words[index + 1] == "serve":
+            return True
+    return False
+
+
+def _ps_rows(lines: Iterable[str]) -> list[tuple[int, int, int, str]]:
+    rows = []
+    for line in lines:
+        words = line.split(None, 3)
+        if len(words) >= 3 and all(word.isdigit() for word in words[:3]):
+            rows.append((int(words[0]), int(words[1]), int(words[2]), words[3] if len(words) > 3 else ""))
+    return rows
+
+
+def descendants(root: int, parents: dict[int, int]) -> tuple[int, ...]:
+    """`root` and every process below it, in pid order."""
+    children: dict[int, list[int]] = {}
+    for pid, ppid in parents.items():
+        children.setdefault(ppid, []).append(pid)
+    tree, stack = [], [root]
+    while stack:
+        pid = stack.pop()
+        tree.append(pid)
+        stack.extend(children.get(pid, []))
+    return tuple(sorted(tree))
+
+
+def find_server_root(candidates: dict[int, int]) -> int | None:
+    """Among vLLM server processes {pid: ppid}, the one no other candidate started (lowest pid)."""
+    roots = [pid for pid, ppid in candidates.items() if ppid not in candidates]
+    return min(roots) if roots else None
+
+
+def parse_processes(ps_lines: list[str], main_pid: int | None, main_argv: list[str]) -> VllmProcess | None:
+    rows = _ps_rows(ps_lines)
+    parents = {pid: ppid for pid, ppid, _, _ in rows}
+    rss = {pid: rss_kib * 1024 for pid, _, rss_kib, _ in rows}
+    pid = main_pid if main_pid and main_pid in parents else None
+    argv, exact = tuple(main_argv), bool(main_argv)
+    if pid is None:
+        candidates = {
+            row_pid: ppid for row_pid, ppid, _, args in rows if SUB_MARKER not in args and is_vllm_server(args.split())
+        }
+        pid = find_server_root(candidates)
+        if pid is None:
+            return None
+        argv, exact = tuple(next(args for p, _, _, args in rows if p == pid).split()), False
+    tree = descendants(pid, parents)
+    return VllmProcess(pid=pid, argv=argv, argv_exact=exact, tree_pids=tree, tree_rss_bytes=sum(rss.get(p, 0) for p in tree))
+
+
+def dist_info_versions(lines: Iterable[str]) -> dict[str, str]:
+    """{environment root: vLLM version} from dist-info directory paths."""
+    found = {}
+    for line in lines:
+        match = _DIST_INFO.search(line.strip())
+        if match:
+            root = line.strip().split("/lib/python", 1)[0]
+            found[root] = match["version"]
+    return found
+
+
+def pick_vllm_version(found: dict[str, str], argv: tuple[str, ...]) -> tuple[str | None, str | None]:
+    """(version, note): the environment that runs vLLM wins; else the only version found."""
+    for word in argv[:2]:
+        for root, version in found.items():
+            if word.startswith(root + "/"):
+                return version, None
+    versions = sorted(set(found.values()))
+    if len(versions) == 1:
+        return versions[0], None
+    if versions:
+        where = ", ".join(f"{root}: {version}" for root, version in sorted(found.items()))
+        return None, f"several vLLM installations and none matches the running command ({where})"
+    return None, None
+
+
+def parse_gpus(gpu_lines: list[str] | None, app_lines: list[str] | None, vllm_pids: Iterable[int]) -> tuple[tuple[GpuMemory, ...], str | None]:
+    if gpu_lines is None:
+        return (), None
+    rc = next((line.split("=", 1)[1] for line in gpu_lines if line.startswith("rc=")), "missing")
+    rows = [[c.strip() for c in line.split(",")] for line in gpu_lines if not line.startswith("rc=") and line.strip()]
+    good = [row for row in rows if len(row) == 4 and row[0].isdigit() and row[2].isdigit() and row[3].isdigit()]
+    if rc != "0" or not good:
+        problem = "\n".join(", ".join(row) for row in rows if row not in good)
+        return (), problem or f"nvidia-smi exited {rc} and listed no GPU"
+    own = set(vllm_pids)
+    held: dict[str, dict[int, int]] = {}
+    for line in app_lines or []:
+        cols = [c.strip() for c in line.split(",")]
+        if len(cols) == 3 and cols[1].isdigit() and cols[2].isdigit():
+            held.setdefault(cols[0], {})[int(cols[1])] = held.get(cols[0], {}).get(int(cols[1]), 0) + int(cols[2])
+    gpus = []
+    for index, uuid, total, used in good:
+        apps = held.get(uuid, {})
+        others = {pid: mib for pid, mib in apps.items() if pid not in own}
+        gpus.append(
+            GpuMemory(
+                index=int(index),
+                uuid=uuid,
+                total_mib=int(total),
+                used_mib=int(used),
+                vllm_mib=sum(mib for pid, mib in apps.items() if pid in own),
+                other_mib=sum(others.values()),
+                other_pids=tuple(sorted(others)),
+            )
+        )
+    return tuple(gpus), None
+
+
+def parse_doctor_output(host: str, output: list[str], unit: str = VLLM_UNIT) -> DoctorInputs:
+    parts = split_sub_sections(output)
+    unit_memory = parse_unit(unit, parts.get("unit"), parts.get("cgroup", []))
+    main_argv = [word for word in parts.get("argv", []) if word != ""]
+    vllm = parse_processes(parts.get("ps", []), unit_memory.main_pid, main_argv)
+    return _assemble(host, parts, parse_meminfo(parts.get("meminfo", [])), unit_memory, vllm)
+
+
+def _assemble(host: str, parts: dict[str, list[str]], memory: HostMemory, unit_memory: UnitMemory,
+              vllm: VllmProcess | None) -> DoctorInputs:
+    notes = []
+    argv = vllm.argv if vllm is not None else unit_memory.exec_start
+    version, version_note = pick_vllm_version(dist_info_versions(parts.get("dist", [])), argv)
+    if version_note:
+        notes.append(version_note)
+    gpus, gpu_error = parse_gpus(parts.get("gpu"), parts.get("gpu-apps"), vllm.tree_pids if vllm else ())
+    kernel_log = parse_kernel_log(parts.get("oom", []))
+    if not kernel_log.readable:
+        notes.append("the kernel log is unreadable (no journal, dmesg restricted): OOM kills are unknown")
+    if "unit" not in parts:
+        notes.append("no systemctl: unit memory and limits are unknown")
+    return DoctorInputs(
+        host=host,
+        memory=memory,
+        tuning=parse_tuning(parts.get("vm", [])),
+        kernel_log=kernel_log,
+        unit=unit_memory,
+        vllm=vllm,
+        installed_vllm_version=version,
+        gpus=gpus,
+        gpu_query_error=gpu_error,
+        notes=tuple(notes),
+    )
+
+
+class DoctorFact(FactBase):
+    """Everything `hostkit doctor` reads, in one command. Always exits 0."""
+
+    def command(self, unit: str = VLLM_UNIT, vllm_command: str | None = None) -> str:
+        return doctor_command(unit, vllm_command)
+
+    def process(self, output: list[str]) -> list[str]:
+        # The host name is not known here; `gather_host` parses with it.
+        return list(output)
+
+
+def gather_local(unit: str = VLLM_UNIT, vllm_command: str | None = None, host: str | None = None) -> DoctorInputs:
+    """This host: memory and processes from psutil, the rest from the same probes run locally."""
+    import socket
+
+    import psutil
+
+    result = subprocess.run(
+        ["sh", "-c", doctor_command(unit, vllm_command, with_proc=False)],
+        capture_output=True, text=True, check=False, timeout=120,
+    )
+    parts = split_sub_sections(result.stdout.splitlines())
+    unit_memory = parse_unit(unit, parts.get("unit"), parts.get("cgroup", []))
+    virtual, swap = psutil.virtual_memory(), psutil.swap_memory()
+    memory = HostMemory(
+        ram_total_bytes=virtual.total,
+        ram_available_bytes=virtual.available,
+        swap_total_bytes=swap.total,
+        swap_used_bytes=swap.used,
+    )
+    return _assemble(host or socket.gethostname(), parts, memory, unit_memory, _local_vllm_process(unit_memory.main_pid))
+
+
+def _local_vllm_process(main_pid: int | None) -> VllmProcess | None:
+    import psutil
+
+    root = None
+    if main_pid:
+        try:
+            root = psutil.Process(main_pid)
+        except psutil.Error:
+            root = None
+    if root is None:
+        candidates = {}
+        for proc in psutil.process_iter(["pid", "ppid", "cmdline"]):
+            cmdline = proc.info["cmdline"] or []
+            if is_vllm_server(cmdline):
+                candidates[proc.info["pid"]] = proc.info["ppid"]
+        pid = find_server_root(candidates)
+        if pid is None:
+            return None
+        root = psutil.Process(pid)
+    try:
+        argv = tuple(root.cmdline())
+        tree = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return None
+    rss = 0
+    for proc in tree:
+        try:
+            rss += proc.memory_info().rss
+        except psutil.Error:
+            continue  # exited meanwhile
+    return VllmProcess(
+        pid=root.pid, argv=argv, argv_exact=True, tree_pids=tuple(sorted(p.pid for p in tree)), tree_rss_bytes=rss
+    )
+
+
+def gather_host(host, unit: str = VLLM_UNIT, vllm_command: str | None = None) -> DoctorInputs:
+    """One connected pyinfra host, one command."""
+    output = host.get_fact(DoctorFact, unit=unit, vllm_command=vllm_command)
+    return parse_doctor_output(host.name, output, unit)

@@ -1,0 +1,94 @@
+"""What `hostkit doctor` reads from a host, as plain data (the rules never touch a host)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from hostkit.doctor.kernel_log import KernelLog
+
+# cgroup "no limit": v2 prints `max`; v1 prints PAGE_COUNTER_MAX rounded to pages, about 2**63.
+UNLIMITED_FLOOR = 2**60
+
+
+@dataclass(frozen=True)
+class HostMemory:
+    ram_total_bytes: int
+    ram_available_bytes: int
+    swap_total_bytes: int
+    swap_used_bytes: int
+
+
+@dataclass(frozen=True)
+class KernelTuning:
+    swappiness: int | None
+    thp_enabled: str | None  # the selected value, e.g. "madvise"; None without THP support
+    thp_defrag: str | None
+    cgroup_version: int  # 1 or 2
+
+
+@dataclass(frozen=True)
+class UnitMemory:
+    """The vLLM unit as systemd and its memory cgroup report it. None: not reported / not set."""
+
+    unit: str
+    loaded: bool  # systemd knows the unit
+    active_state: str | None = None
+    sub_state: str | None = None
+    main_pid: int | None = None
+    restarts: int | None = None
+    current_bytes: int | None = None
+    peak_bytes: int | None = None
+    max_bytes: int | None = None  # None: no limit
+    high_bytes: int | None = None
+    swap_current_bytes: int | None = None
+    swap_max_bytes: int | None = None  # None: no limit
+    oom_kills: int | None = None  # memory.events oom_kill (cgroup v2)
+    exec_start: tuple[str, ...] = ()  # the configured command line, split on spaces by systemd's printing
+    last_exit: str | None = None  # how the last main process ended, e.g. "exited, status 2"
+
+
+@dataclass(frozen=True)
+class VllmProcess:
+    pid: int
+    argv: tuple[str, ...]
+    argv_exact: bool  # from /proc/PID/cmdline; False when read from `ps` (split on spaces)
+    tree_pids: tuple[int, ...]
+    tree_rss_bytes: int  # summed RSS of the process and its descendants (shared pages count twice)
+
+
+@dataclass(frozen=True)
+class GpuMemory:
+    index: int
+    uuid: str
+    total_mib: int
+    used_mib: int
+    vllm_mib: int  # held by processes of the vLLM tree
+    other_mib: int  # held by any other process
+    other_pids: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class DoctorInputs:
+    host: str
+    memory: HostMemory
+    tuning: KernelTuning
+    kernel_log: KernelLog
+    unit: UnitMemory
+    vllm: VllmProcess | None
+    installed_vllm_version: str | None  # from the vLLM environment's dist-info; None: not found
+    gpus: tuple[GpuMemory, ...] = ()
+    gpu_query_error: str | None = None  # nvidia-smi present but failing
+    notes: tuple[str, ...] = field(default=())  # what could not be read
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["kernel_log"]["oom_kills"] = [asdict(kill) for kill in self.kernel_log.oom_kills]
+        return data
+
+    @property
+    def vllm_argv(self) -> tuple[str, ...]:
+        """The running command line, else the unit's configured one (a crash-looping unit has no process)."""
+        if self.vllm is not None:
+            return self.vllm.argv
+        return self.unit.exec_start

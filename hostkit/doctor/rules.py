@@ -1,0 +1,503 @@
+"""Diagnosis rules: from what was read on a host to findings, each with a severity and a fix.
+
+Pure functions of `DoctorInputs` (and the host's profile when doctor runs on an inventory),
+so every rule is unit-tested on recorded host output. Fixes name the inventory key that
+hostkit renders into the unit, then what it means on the host.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from enum import Enum
+from typing import Any
+
+from hostkit import model_catalog
+from hostkit.doctor.inputs import DoctorInputs
+from hostkit.doctor.kernel_log import OomKill
+from hostkit.doctor.vllm_args import VllmSettings, effective_settings, removal_note
+from hostkit.planner import CHUNKED_PREFILL_BATCH_TOKENS, LONG_CONTEXT_TOKENS
+from hostkit.profile import HostProfile
+from hostkit.sizes import GIB, format_size
+from hostkit.vllm_flags import FlagError, parse_version
+
+# Swap fill levels: above these the next burst has nowhere to go but the OOM killer.
+SWAP_WARNING_FRACTION = 0.80
+SWAP_CRITICAL_FRACTION = 0.95
+# RAM the unit's limit must leave to the rest of the host (sshd, journald, agents): the
+# headroom hostkit's planner leaves with vllm_memory_max "auto", so a deployed limit passes.
+HOST_RESERVE_FRACTION = 0.10
+HOST_RESERVE_CAP = 2 * GIB
+# "Utilization above 0.9 while other processes hold GPU memory" (practitioners: 0.7-0.8 when shared).
+SHARED_GPU_UTILIZATION_LIMIT = 0.90
+SHARED_GPU_UTILIZATION_ADVICE = 0.80
+# max_num_seqs above this is worth lowering when host memory is under pressure (256 -> 64).
+MODEST_MAX_NUM_SEQS = 64
+UNIT_PEAK_PRESSURE_FRACTION = 0.90  # of MemoryMax
+HOST_PRESSURE_FRACTION = 0.80  # of RAM, when the unit has no limit
+SWAP_PRESSURE_FRACTION = 0.50
+SWAPPINESS_ADVICE = 10
+# V1 became the default engine in 0.8 and turns chunked prefill on by itself.
+V1_DEFAULT_FROM = (0, 8, 0)
+# Used when the installed release is unknown: vLLM's default before 0.20.
+ASSUMED_DEFAULT_UTILIZATION = 0.90
+
+
+class Severity(str, Enum):
+    CRITICAL = "critical"
+    WARNING = "warning"
+    INFO = "info"
+
+
+SEVERITY_ORDER = {Severity.CRITICAL: 0, Severity.WARNING: 1, Severity.INFO: 2}
+
+
+@dataclass(frozen=True)
+class Finding:
+    code: str  # stable identifier, e.g. "vllm-oom-killed"
+    severity: Severity
+    problem: str
+    fix: str
+    evidence: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["severity"] = self.severity.value
+        return data
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    inputs: DoctorInputs
+    settings: VllmSettings | None
+    findings: tuple[Finding, ...]
+
+    @property
+    def critical(self) -> bool:
+        return any(f.severity is Severity.CRITICAL for f in self.findings)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "host": self.inputs.host,
+            "inputs": self.inputs.to_dict(),
+            "vllm_settings": self.settings.to_dict() if self.settings else None,
+            "findings": [finding.to_dict() for finding in self.findings],
+        }
+
+
+@dataclass(frozen=True)
+class Context:
+    inputs: DoctorInputs
+    settings: VllmSettings | None
+    profile: HostProfile | None
+
+    @property
+    def unit(self) -> str:
+        return self.inputs.unit.unit
+
+
+Rule = Callable[[Context], Iterator[Finding]]
+
+
+def host_reserve(ram_bytes: int) -> int:
+    return max(int(ram_bytes * HOST_RESERVE_FRACTION), min(HOST_RESERVE_CAP, ram_bytes // 2))
+
+
+def _pct(part: float, whole: float) -> str:
+    return f"{100 * part / whole:.0f}%" if whole else "n/a"
+
+
+# -- memory and swap ----------------------------------------------------------------------
+
+
+def no_swap(ctx: Context) -> Iterator[Finding]:
+    memory = ctx.inputs.memory
+    if memory.swap_total_bytes:
+        return
+    if ctx.profile is not None and not ctx.profile.swap_enabled:
+        yield Finding(
+            "no-swap", Severity.INFO,
+            "No swap, as the inventory asks (swap_enabled: false): a memory burst goes straight to the OOM killer.",
+            "Nothing to do if this host must run without swap (Kubernetes nodes, some GPU health checkers).",
+        )
+        return
+    yield Finding(
+        "no-swap", Severity.WARNING,
+        f"No swap on a host with {format_size(memory.ram_total_bytes)} of RAM: a short memory burst "
+        "is answered by the OOM killer instead of a slowdown.",
+        "Add 8-16 GiB of swap (or 1x RAM) on SSD/NVMe: swap_enabled: true and swap_size: auto, then deploy "
+        "(by hand: dd, chmod 600, mkswap, swapon, and an /etc/fstab line). Swap is a buffer, never extra GPU memory.",
+        {"ram_total_bytes": memory.ram_total_bytes},
+    )
+
+
+def swap_almost_full(ctx: Context) -> Iterator[Finding]:
+    memory = ctx.inputs.memory
+    if not memory.swap_total_bytes:
+        return
+    fraction = memory.swap_used_bytes / memory.swap_total_bytes
+    if fraction < SWAP_WARNING_FRACTION:
+        return
+    severity = Severity.CRITICAL if fraction >= SWAP_CRITICAL_FRACTION else Severity.WARNING
+    yield Finding(
+        "swap-almost-full", severity,
+        f"Swap is {fraction:.0%} full ({format_size(memory.swap_used_bytes)} of {format_size(memory.swap_total_bytes)}): "
+        "the next burst has nowhere to go but the OOM killer.",
+        "Cut host-memory demand rather than adding swap: lower vllm_max_num_seqs, vllm_cpu_offload_gb or "
+        "vllm_swap_space, or move other memory users off the host. Watch whether swap falls back after load "
+        "(`hostkit smoke --watch`).",
+        {"swap_used_bytes": memory.swap_used_bytes, "swap_total_bytes": memory.swap_total_bytes},
+    )
+
+
+def swappiness(ctx: Context) -> Iterator[Finding]:
+    tuning, memory = ctx.inputs.tuning, ctx.inputs.memory
+    wanted = SWAPPINESS_ADVICE
+    if ctx.profile is not None:
+        wanted = int(ctx.profile.sysctl.get("vm.swappiness", wanted))
+    if tuning.swappiness is None or not memory.swap_total_bytes or tuning.swappiness <= wanted:
+        return
+    yield Finding(
+        "swappiness-high", Severity.INFO,
+        f"vm.swappiness is {tuning.swappiness}: the kernel swaps out idle vLLM memory early.",
+        f"Set vm.swappiness={wanted} in a file under /etc/sysctl.d (hostkit's sysctl default), then deploy.",
+        {"swappiness": tuning.swappiness},
+    )
+
+
+def transparent_hugepages(ctx: Context) -> Iterator[Finding]:
+    tuning = ctx.inputs.tuning
+    wanted = ctx.profile.thp_enabled if ctx.profile is not None else "madvise"
+    if tuning.thp_enabled is None or tuning.thp_enabled == wanted or tuning.thp_enabled != "always":
+        return
+    yield Finding(
+        "thp-always", Severity.INFO,
+        "Transparent hugepages are `always`: every anonymous mapping may be backed by huge pages, "
+        "which inflates RSS and compaction stalls.",
+        f"thp_enabled: {wanted} (hostkit persists it with a oneshot unit), then deploy.",
+        {"thp_enabled": tuning.thp_enabled, "thp_defrag": tuning.thp_defrag},
+    )
+
+
+# -- OOM kills --------------------------------------------------------------------------------
+
+
+def is_vllm_victim(kill: OomKill, unit: str) -> bool:
+    """Killed inside the vLLM unit, or a process vLLM names itself (V1: `VLLM::EngineCore`)."""
+    return kill.in_unit(unit) or kill.process.startswith("VLLM::") or kill.process == "vllm"
+
+
+def oom_kills(ctx: Context) -> Iterator[Finding]:
+    log, unit = ctx.inputs.kernel_log, ctx.inputs.unit
+    kills = log.oom_kills
+    vllm_kills = [kill for kill in kills if is_vllm_victim(kill, ctx.unit)]
+    other_kills = [kill for kill in kills if kill not in vllm_kills]
+    limit = format_size(unit.max_bytes) if unit.max_bytes else None
+    if vllm_kills:
+        in_limit = [kill for kill in vllm_kills if kill.cgroup_limit]
+        host_wide = [kill for kill in vllm_kills if not kill.cgroup_limit]
+        victims = ", ".join(f"{k.process} (pid {k.pid}, {format_size(k.anon_rss_bytes or 0)} anon)" for k in vllm_kills)
+        if host_wide:
+            problem = (f"The host ran out of memory and the kernel killed vLLM {len(host_wide)} time(s) since boot: "
+                       f"{victims}.")
+            fix = ("Put a memory limit on the unit (vllm_memory_max, rendered as MemoryMax=) so an OOM stays inside "
+                   "the service, keep swap as a buffer, and cut vLLM's host memory: lower vllm_max_num_seqs "
+                   "(e.g. 256 -> 64), vllm_cpu_offload_gb, vllm_swap_space.")
+        else:
+            problem = (f"vLLM hit its unit memory limit{f' (MemoryMax={limit})' if limit else ''} and was OOM-killed "
+                       f"{len(in_limit)} time(s) since boot: {victims}.")
+            fix = ("Measure the real peak (`hostkit smoke` under load, the unit's memory.peak) and raise "
+                   "vllm_memory_max if RAM allows, or cut vLLM's host memory: lower vllm_max_num_seqs (e.g. 256 -> 64), "
+                   "vllm_cpu_offload_gb, vllm_swap_space.")
+        yield Finding("vllm-oom-killed", Severity.CRITICAL, problem, fix,
+                      {"kills": [asdict(kill) for kill in vllm_kills]})
+    elif unit.oom_kills:
+        yield Finding(
+            "vllm-oom-killed", Severity.CRITICAL,
+            f"The vLLM unit's memory cgroup counts {unit.oom_kills} OOM kill(s)"
+            f"{f' at MemoryMax={limit}' if limit else ''} (the kernel log did not name the victim).",
+            "Raise vllm_memory_max if RAM allows, or lower vllm_max_num_seqs (e.g. 256 -> 64).",
+            {"memory_events_oom_kill": unit.oom_kills},
+        )
+    if other_kills:
+        victims = ", ".join(f"{k.process} (pid {k.pid})" for k in other_kills)
+        yield Finding(
+            "oom-kill-other", Severity.WARNING,
+            f"The OOM killer killed {len(other_kills)} other process(es) since boot: {victims}.",
+            "Find what used the memory (the kill lines in `journalctl -k -b`); a memory limit on the vLLM unit "
+            "(vllm_memory_max) keeps vLLM from starving the rest of the host.",
+            {"kills": [asdict(kill) for kill in other_kills]},
+        )
+    if not log.readable:
+        yield Finding(
+            "kernel-log-unreadable", Severity.INFO,
+            "The kernel log could not be read, so OOM kills are unknown (not absent).",
+            "Run doctor as root (or a user in the systemd-journal/adm group).",
+        )
+
+
+# -- the unit and its limit ---------------------------------------------------------------------
+
+
+def _vllm_expected(ctx: Context) -> bool:
+    return ctx.profile is None or ctx.profile.vllm_enabled
+
+
+def unit_state(ctx: Context) -> Iterator[Finding]:
+    unit, vllm = ctx.inputs.unit, ctx.inputs.vllm
+    if not unit.loaded:
+        if vllm is not None:
+            yield Finding(
+                "vllm-outside-systemd", Severity.WARNING,
+                f"vLLM (pid {vllm.pid}) runs outside {ctx.unit}: nothing limits its memory or restarts it.",
+                "Run it as hostkit's unit (vllm_enabled: true, then deploy) so MemoryMax= and Restart= apply.",
+                {"pid": vllm.pid},
+            )
+        elif _vllm_expected(ctx):
+            yield Finding(
+                "vllm-absent", Severity.WARNING if ctx.profile is not None else Severity.INFO,
+                f"No {ctx.unit} and no running vLLM server on this host.",
+                "Deploy it (vllm_enabled: true) or run doctor on the host that serves.",
+            )
+        return
+    if unit.active_state == "active":
+        if unit.restarts:
+            yield Finding(
+                "vllm-restarted", Severity.WARNING,
+                f"{ctx.unit} is running but systemd restarted it {unit.restarts} time(s).",
+                f"Read why: `journalctl -u {ctx.unit} -b` (an OOM kill shows here too).",
+                {"restarts": unit.restarts},
+            )
+        return
+    if ctx.profile is not None and not ctx.profile.vllm_enabled:
+        return
+    yield Finding(
+        "vllm-not-running", Severity.CRITICAL,
+        f"{ctx.unit} is {unit.active_state}/{unit.sub_state} (restarted {unit.restarts or 0} time(s)"
+        + (f", last run {unit.last_exit}" if unit.last_exit else "") + "): vLLM is not serving.",
+        f"Read the reason in `journalctl -u {ctx.unit} -b`; an option the installed release lacks "
+        "(see below) makes vLLM exit at once.",
+        {"active_state": unit.active_state, "sub_state": unit.sub_state, "restarts": unit.restarts,
+         "last_exit": unit.last_exit},
+    )
+
+
+def memory_limit(ctx: Context) -> Iterator[Finding]:
+    unit, memory = ctx.inputs.unit, ctx.inputs.memory
+    if not unit.loaded:
+        return
+    ram = memory.ram_total_bytes
+    if unit.max_bytes is None:
+        yield Finding(
+            "memory-limit-missing", Severity.WARNING,
+            f"{ctx.unit} has no memory limit: when vLLM grows, the kernel's OOM killer picks victims "
+            "anywhere on the host (sshd included).",
+            "Set vllm_memory_max (auto: below RAM, leaving the host its share; rendered as MemoryMax=), then deploy.",
+            {"ram_total_bytes": ram},
+        )
+        return
+    reserve = host_reserve(ram)
+    if ram and unit.max_bytes > ram - reserve:
+        above = unit.max_bytes >= ram
+        yield Finding(
+            "memory-limit-near-ram", Severity.WARNING,
+            f"{ctx.unit}'s limit MemoryMax={format_size(unit.max_bytes)} is "
+            + (f"at or above RAM ({format_size(ram)})" if above else f"within {format_size(ram - unit.max_bytes)} of RAM "
+               f"({format_size(ram)})")
+            + ": the host runs out of memory before the unit reaches its limit, so the OOM kill is host-wide.",
+            f"Set vllm_memory_max to at most {format_size(ram - reserve)} (RAM minus {format_size(reserve)} for "
+            "the rest of the host), then deploy.",
+            {"memory_max_bytes": unit.max_bytes, "ram_total_bytes": ram, "host_reserve_bytes": reserve},
+        )
+
+
+# -- vLLM settings -----------------------------------------------------------------------------
+
+
+def unknown_options(ctx: Context) -> Iterator[Finding]:
+    settings = ctx.settings
+    if settings is None or not settings.unknown_options:
+        return
+    where = "The running command" if settings.argv_source == "process" else f"{ctx.unit}'s ExecStart"
+    basis = "installed" if settings.version_source == "installed" else "inventory's vllm_version"
+    for option in settings.unknown_options:
+        yield Finding(
+            "unknown-vllm-option", Severity.CRITICAL,
+            f"{where} passes {option}, which vLLM {settings.version} ({basis}) does not have"
+            f"{removal_note(option)}: vLLM exits at once on it, so the unit crash-loops.",
+            f"Remove {option} (from vllm_extra_args, or set its inventory key to null), or install a vLLM "
+            "release that has it; then deploy.",
+            {"option": option, "version": settings.version, "version_source": settings.version_source},
+        )
+
+
+def version_mismatch(ctx: Context) -> Iterator[Finding]:
+    installed, profile = ctx.inputs.installed_vllm_version, ctx.profile
+    if profile is None or not installed or not profile.vllm_enabled:
+        return
+    try:
+        same = parse_version(installed) == parse_version(profile.vllm_version)
+    except FlagError:
+        return
+    if not same:
+        yield Finding(
+            "vllm-version-mismatch", Severity.WARNING,
+            f"The host has vLLM {installed}; the inventory says vllm_version: {profile.vllm_version}, "
+            "so hostkit renders flags for a release that is not installed.",
+            f"Set vllm_version: {installed} (or install {profile.vllm_version}), then deploy.",
+            {"installed": installed, "inventory": profile.vllm_version},
+        )
+
+
+def _utilization(settings: VllmSettings | None) -> float:
+    if settings is not None and settings.gpu_memory_utilization is not None:
+        return settings.gpu_memory_utilization
+    return ASSUMED_DEFAULT_UTILIZATION
+
+
+def shared_gpu_utilization(ctx: Context) -> Iterator[Finding]:
+    utilization = _utilization(ctx.settings)
+    if ctx.settings is None and ctx.inputs.vllm is None:
+        return
+    shared = [gpu for gpu in ctx.inputs.gpus if gpu.other_mib > 0]
+    if utilization <= SHARED_GPU_UTILIZATION_LIMIT or not shared:
+        return
+    starved = [gpu for gpu in shared if utilization * gpu.total_mib + gpu.other_mib > gpu.total_mib]
+    given = ctx.settings is not None and not ctx.settings.gpu_memory_utilization_default
+    described = f"--gpu-memory-utilization {utilization:g}" + ("" if given else " (vLLM's default)")
+    listing = "; ".join(
+        f"GPU {gpu.index}: {gpu.other_mib} MiB held by pid(s) {', '.join(map(str, gpu.other_pids))}" for gpu in shared
+    )
+    problem = f"vLLM claims {described} of each GPU while other processes hold GPU memory ({listing})."
+    if starved:
+        problem += (" Together they exceed the GPU: vLLM cannot start (or restart) until that memory is free.")
+    yield Finding(
+        "gpu-utilization-shared", Severity.CRITICAL if starved else Severity.WARNING,
+        problem,
+        f"Set vllm_gpu_memory_utilization: {SHARED_GPU_UTILIZATION_ADVICE} or lower (0.7-0.8 when other processes "
+        "share the GPU), or move the other processes to another GPU; then deploy.",
+        {"utilization": utilization, "gpus": [asdict(gpu) for gpu in shared]},
+    )
+
+
+def _model_len(ctx: Context) -> tuple[int | None, str]:
+    settings = ctx.settings
+    if settings.max_model_len:
+        return settings.max_model_len, "--max-model-len"
+    spec = model_catalog.lookup(settings.model) if settings.model else None
+    if spec is not None:
+        return spec.max_position_embeddings, f"{spec.name}'s own context length (no --max-model-len)"
+    return None, ""
+
+
+def _v1_default(version: str | None) -> bool:
+    if not version:
+        return True  # unknown: assume a current release
+    try:
+        return parse_version(version)[:3] >= V1_DEFAULT_FROM
+    except FlagError:
+        return True
+
+
+def long_context_chunking(ctx: Context) -> Iterator[Finding]:
+    settings = ctx.settings
+    if settings is None:
+        return
+    model_len, source = _model_len(ctx)
+    if model_len is None or model_len <= LONG_CONTEXT_TOKENS:
+        return
+    chunked = settings.chunked_prefill
+    fix = (f"Set vllm_enable_chunked_prefill: true and vllm_max_num_batched_tokens: {CHUNKED_PREFILL_BATCH_TOKENS} "
+           "(6144 trades a little speed for smaller memory swings); then deploy.")
+    evidence = {"max_model_len": model_len, "chunked_prefill": chunked,
+                "max_num_batched_tokens": settings.max_num_batched_tokens}
+    if chunked is False or (chunked is None and not _v1_default(settings.version)):
+        state = "is turned off" if chunked is False else f"is not enabled (vLLM {settings.version} leaves it to itself)"
+        yield Finding(
+            "long-context-without-chunked-prefill", Severity.WARNING,
+            f"max_model_len is {model_len} ({source}) and chunked prefill {state}: one long prompt is prefilled "
+            "in a single step, and its activations swing GPU memory (one report: 38 GB -> 22 GB peak with chunking).",
+            fix, evidence,
+        )
+    elif settings.max_num_batched_tokens and settings.max_num_batched_tokens >= model_len:
+        yield Finding(
+            "long-context-without-chunked-prefill", Severity.WARNING,
+            f"Chunked prefill is on, but --max-num-batched-tokens {settings.max_num_batched_tokens} is at least "
+            f"max_model_len {model_len}: a whole long prompt still fits in one chunk.",
+            fix, evidence,
+        )
+
+
+def _memory_pressure(ctx: Context) -> list[str]:
+    inputs = ctx.inputs
+    unit, memory = inputs.unit, inputs.memory
+    evidence = []
+    if any(is_vllm_victim(kill, ctx.unit) for kill in inputs.kernel_log.oom_kills) or unit.oom_kills:
+        evidence.append("vLLM was OOM-killed")
+    if unit.max_bytes and unit.peak_bytes and unit.peak_bytes >= UNIT_PEAK_PRESSURE_FRACTION * unit.max_bytes:
+        evidence.append(f"the unit's memory peak {format_size(unit.peak_bytes)} reached "
+                        f"{_pct(unit.peak_bytes, unit.max_bytes)} of MemoryMax={format_size(unit.max_bytes)}")
+    if unit.max_bytes is None and memory.ram_total_bytes:
+        used = max(unit.peak_bytes or 0, inputs.vllm.tree_rss_bytes if inputs.vllm else 0)
+        if used >= HOST_PRESSURE_FRACTION * memory.ram_total_bytes:
+            evidence.append(f"vLLM used {format_size(used)}, {_pct(used, memory.ram_total_bytes)} of RAM")
+    if memory.swap_total_bytes and memory.swap_used_bytes >= SWAP_PRESSURE_FRACTION * memory.swap_total_bytes:
+        evidence.append(f"swap is {_pct(memory.swap_used_bytes, memory.swap_total_bytes)} used")
+    return evidence
+
+
+def max_num_seqs_for_ram(ctx: Context) -> Iterator[Finding]:
+    settings = ctx.settings
+    if settings is None:
+        return
+    seqs = settings.max_num_seqs
+    if seqs is not None and seqs <= MODEST_MAX_NUM_SEQS:
+        return
+    pressure = _memory_pressure(ctx)
+    if not pressure:
+        return
+    shown = str(seqs) if seqs is not None else "vLLM's default (256, or 1024 on large GPUs)"
+    lower = max(MODEST_MAX_NUM_SEQS, (seqs or 256) // 4)
+    yield Finding(
+        "max-num-seqs-high-for-ram", Severity.WARNING,
+        f"max_num_seqs is {shown} on a host under memory pressure ({'; '.join(pressure)}): every running "
+        "sequence holds host memory in the frontend and scheduler, and concurrency peaks add up.",
+        f"Set vllm_max_num_seqs: {lower} (practitioners cut 256 -> 64 under memory pressure), then deploy and "
+        "re-check with `hostkit smoke --watch`.",
+        {"max_num_seqs": seqs, "pressure": pressure},
+    )
+
+
+RULES: tuple[Rule, ...] = (
+    unit_state,
+    unknown_options,
+    oom_kills,
+    no_swap,
+    swap_almost_full,
+    memory_limit,
+    shared_gpu_utilization,
+    long_context_chunking,
+    max_num_seqs_for_ram,
+    version_mismatch,
+    swappiness,
+    transparent_hugepages,
+)
+
+
+def vllm_settings(inputs: DoctorInputs, profile: HostProfile | None) -> VllmSettings | None:
+    if inputs.installed_vllm_version:
+        version, source = inputs.installed_vllm_version, "installed"
+    elif profile is not None:
+        version, source = profile.vllm_version, "inventory"
+    else:
+        version, source = None, None
+    argv_source = "process" if inputs.vllm is not None else "unit"
+    return effective_settings(inputs.vllm_argv, argv_source, version, source)
+
+
+def diagnose(inputs: DoctorInputs, profile: HostProfile | None = None) -> Diagnosis:
+    settings = vllm_settings(inputs, profile)
+    ctx = Context(inputs, settings, profile)
+    findings = [finding for rule in RULES for finding in rule(ctx)]
+    findings.sort(key=lambda finding: SEVERITY_ORDER[finding.severity])
+    return Diagnosis(inputs, settings, tuple(findings))

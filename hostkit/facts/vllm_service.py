@@ -1,0 +1,195 @@
+"""The vLLM service as installed and running: user, files (by hash), unit state, cgroup memory, readiness.
+
+The environment file holds the API key: this fact reports its sha256, mode and owner,
+never its content. The readiness probe reads the key on the host (hostkit.readiness).
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import dataclass, field
+from typing import Any
+
+from pyinfra.api import FactBase
+
+from hostkit.plans import VLLM_ENV_FILE, VLLM_UNIT, VllmPlan
+from hostkit.readiness import Probe, probe_command
+from hostkit.vllm_unit import ENV_DIR, UNIT_PATH
+
+# cgroup v1 reports "no limit" as the largest page-aligned signed 64-bit value.
+_V1_UNLIMITED = 2**63 - 4096
+_UNIT_PROPERTIES = (
+    "LoadState", "ActiveState", "SubState", "Result", "MainPID", "NRestarts", "UnitFileState",
+    "ActiveEnterTimestampMonotonic", "NeedDaemonReload", "ControlGroup", "DropInPaths",
+)
+
+
+@dataclass(frozen=True)
+class ServiceTarget:
+    """Which service user, command and address the fact looks at."""
+
+    user: str = "vllm"
+    command: str = "/opt/vllm/bin/vllm"
+    host: str = "0.0.0.0"
+    port: int = 8000
+
+    @classmethod
+    def from_profile(cls, profile: Any) -> ServiceTarget:
+        if profile is None:
+            return cls()
+        return cls(profile.vllm_user, profile.vllm_command, profile.vllm_host, profile.vllm_port)
+
+    @classmethod
+    def from_plan(cls, plan: VllmPlan) -> ServiceTarget:
+        command = plan.argv[0] if plan.argv else cls.command
+        return cls(plan.user, command, plan.host, plan.port)
+
+
+@dataclass(frozen=True)
+class FileStat:
+    mode: str  # octal, as stat %a prints it: "600"
+    owner: str
+    group: str
+
+    @classmethod
+    def parse(cls, text: str) -> FileStat | None:
+        words = text.split()
+        return cls(*words) if len(words) == 3 else None
+
+
+@dataclass(frozen=True)
+class VllmServiceState:
+    target: ServiceTarget
+    user_uid: int | None  # None: the service user does not exist
+    user_group: str | None
+    command_executable: bool
+    unit_sha256: str | None  # of UNIT_PATH; None: not installed
+    env_sha256: str | None
+    env_stat: FileStat | None
+    env_dir_stat: FileStat | None
+    unit: dict[str, str] = field(default_factory=dict)  # systemctl show properties
+    memory_limit_bytes: int | None = None  # effective: memory.max (v2), memory.limit_in_bytes (v1)
+    memory_peak_bytes: int | None = None
+    oom_kills: int | None = None
+    probe: Probe | None = None
+
+    @property
+    def active_state(self) -> str:
+        return self.unit.get("ActiveState", "")
+
+    @property
+    def is_active(self) -> bool:
+        return self.active_state == "active"
+
+    @property
+    def is_enabled(self) -> bool:
+        return self.unit.get("UnitFileState") == "enabled"
+
+    @property
+    def need_daemon_reload(self) -> bool:
+        return self.unit.get("NeedDaemonReload") == "yes"
+
+    @property
+    def main_pid(self) -> int:
+        return _int(self.unit.get("MainPID")) or 0
+
+    @property
+    def active_enter_monotonic(self) -> int:
+        return _int(self.unit.get("ActiveEnterTimestampMonotonic")) or 0
+
+    @property
+    def n_restarts(self) -> int:
+        return _int(self.unit.get("NRestarts")) or 0
+
+    @property
+    def drop_in_paths(self) -> list[str]:
+        return self.unit.get("DropInPaths", "").split()
+
+    def describe(self) -> str:
+        state = f"{self.active_state or 'unknown'}/{self.unit.get('SubState', '?')}"
+        if self.n_restarts:
+            state += f", {self.n_restarts} restarts"
+        return state + (f", {self.probe.describe()}" if self.probe else ", no probe (python3 missing?)")
+
+
+def _int(text: str | None) -> int | None:
+    try:
+        return int(text) if text is not None else None
+    except ValueError:
+        return None
+
+
+class VllmServiceFact(FactBase):
+    """`key=value` lines; `unit.<Property>=`, `cgroup.<file>=`; the probe's JSON in `probe=`."""
+
+    section = "vllm"
+    takes_profile = True
+
+    def command(self, profile: Any = None, target: ServiceTarget | None = None) -> str:
+        target = target or ServiceTarget.from_profile(profile)
+        described = json.dumps([target.user, target.command, target.host, target.port])
+        properties = " ".join(f"-p {name}" for name in _UNIT_PROPERTIES)
+        return "\n".join((
+            f"echo target={shlex.quote(described)}",
+            f"user={shlex.quote(target.user)}",
+            'echo "uid=$(id -u -- "$user" 2>/dev/null)"',
+            'echo "group=$(id -gn -- "$user" 2>/dev/null)"',
+            f"[ -x {shlex.quote(target.command)} ] && echo command_executable=yes",
+            f'echo "unit_sha256=$(sha256sum {UNIT_PATH} 2>/dev/null | cut -d" " -f1)"',
+            f'echo "env_sha256=$(sha256sum {VLLM_ENV_FILE} 2>/dev/null | cut -d" " -f1)"',
+            f'echo "env_stat=$(stat -c "%a %U %G" {VLLM_ENV_FILE} 2>/dev/null)"',
+            f'echo "env_dir_stat=$(stat -c "%a %U %G" {ENV_DIR} 2>/dev/null)"',
+            f"systemctl show {VLLM_UNIT} {properties} 2>/dev/null | sed 's/^/unit./'",
+            f"cg=$(systemctl show -p ControlGroup --value {VLLM_UNIT} 2>/dev/null)",
+            'if [ -n "$cg" ]; then',
+            '  for f in /sys/fs/cgroup$cg/memory.max /sys/fs/cgroup$cg/memory.peak'
+            ' /sys/fs/cgroup/memory$cg/memory.limit_in_bytes /sys/fs/cgroup/memory$cg/memory.max_usage_in_bytes; do',
+            '    [ -r "$f" ] && echo "cgroup.${f##*/}=$(cat "$f")"',
+            "  done",
+            '  for f in /sys/fs/cgroup$cg/memory.events /sys/fs/cgroup/memory$cg/memory.oom_control; do',
+            "    [ -r \"$f\" ] && sed -n 's/^oom_kill /cgroup.oom_kill=/p' \"$f\"",
+            "  done",
+            "fi",
+            f"{probe_command(target.host, target.port)} | sed 's/^/probe=/'",
+            "true",
+        ))
+
+    def process(self, output: list[str]) -> VllmServiceState:
+        values: dict[str, str] = {}
+        unit: dict[str, str] = {}
+        cgroup: dict[str, str] = {}
+        for line in output:
+            key, _, value = line.partition("=")
+            if key.startswith("unit."):
+                unit[key[len("unit."):]] = value
+            elif key.startswith("cgroup."):
+                cgroup[key[len("cgroup."):]] = value.strip()
+            else:
+                values[key] = value.strip()
+        try:
+            target = ServiceTarget(*json.loads(values.get("target", "")))
+        except (ValueError, TypeError):
+            target = ServiceTarget()
+        return VllmServiceState(
+            target=target,
+            user_uid=_int(values.get("uid") or None),
+            user_group=values.get("group") or None,
+            command_executable=values.get("command_executable") == "yes",
+            unit_sha256=values.get("unit_sha256") or None,
+            env_sha256=values.get("env_sha256") or None,
+            env_stat=FileStat.parse(values.get("env_stat", "")),
+            env_dir_stat=FileStat.parse(values.get("env_dir_stat", "")),
+            unit=unit,
+            memory_limit_bytes=_memory_limit(cgroup),
+            memory_peak_bytes=_int(cgroup.get("memory.peak") or cgroup.get("memory.max_usage_in_bytes")),
+            oom_kills=_int(cgroup.get("oom_kill")),
+            probe=Probe.parse(values["probe"]) if values.get("probe") else None,
+        )
+
+
+def _memory_limit(cgroup: dict[str, str]) -> int | None:
+    if "memory.max" in cgroup:
+        return _int(cgroup["memory.max"])  # "max" -> None
+    limit = _int(cgroup.get("memory.limit_in_bytes"))
+    return None if limit is None or limit >= _V1_UNLIMITED else limit

@@ -1,0 +1,408 @@
+"""Kernel memory tuning: sysctl values and transparent hugepages, applied live and persisted.
+
+sysctl: the wanted values go live (written to /proc/sys and read back) and into one file,
+hostkit.plans.SYSCTL_FILE, named to sort after every other sysctl.d file. A setting
+elsewhere conflicts with hostkit's when systemd-sysctl would apply it after hostkit's file
+at boot, so that it wins, and it sets a different value. That is:
+
+- it sits in a sysctl.d file that systemd-sysctl reads (a file in /etc/sysctl.d masks the
+  same name in /run/sysctl.d, /usr/local/lib/sysctl.d and /usr/lib/sysctl.d, so a masked
+  file never counts) and whose name sorts after 99-zz-vllm-hostkit.conf;
+- it names a key hostkit sets, explicitly: systemd-sysctl never lets a glob override a key
+  that a file sets by name;
+- its value differs from hostkit's, compared with whitespace squeezed.
+
+A setting in a file that sorts before hostkit's is overridden at boot and is no conflict,
+whatever its value; one that repeats hostkit's value changes nothing. /etc/sysctl.conf is
+read at boot only through a sysctl.d link to it: Debian 12's /etc/sysctl.d/99-sysctl.conf ->
+../sysctl.conf, which sorts before hostkit's file; Debian 13 has neither the link nor, on a
+fresh install, the file (see hostkit/facts/kernel.py). So /etc/sysctl.conf never wins at
+boot. procps `sysctl --system` applies it after every sysctl.d file, though, so a different
+value there is reported as a warning.
+
+Conflicts fail the host (plan.sysctl_conflicts == "error") before anything changes, or are
+logged as warnings ("warn") and the values applied anyway.
+
+THP: `enabled` and `defrag` are persisted by a oneshot unit (THP_UNIT) that writes them
+early in boot, before the vLLM unit. Installing or changing the unit restarts it, which
+applies the values live with the exact code that runs at boot: a unit that cannot write
+them fails here, not silently at the next boot. A `transparent_hugepage=` on the kernel
+command line that differs from thp_enabled is refused: the boot loader and hostkit would
+each claim the setting. A kernel without THP gets a notice and no change.
+
+A failing host fails alone, at execute time, through a FunctionCommand that returns False:
+an exception raised in the generator would stop every host (see hostkit/operations/gpu.py).
+"""
+
+from __future__ import annotations
+
+import posixpath
+import shlex
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+from jinja2 import Environment, FileSystemLoader, StrictUndefined
+from pyinfra import host, logger
+from pyinfra.api import FunctionCommand, Host, State, operation
+from pyinfra.api.exceptions import OperationValueError
+
+from hostkit import templates_dir
+from hostkit.facts.kernel import (
+    THP_DIR,
+    THP_UNIT_PATH,
+    THP_WANTED_BY,
+    KernelState,
+    SysctlAssignment,
+    SysctlFile,
+    is_glob,
+    squeeze,
+    sysctl_key,
+    sysctl_path,
+)
+from hostkit.facts.snapshot import mark_changed, snapshot
+from hostkit.plans import SYSCTL_FILE, THP_UNIT, VLLM_UNIT, KernelPlan
+
+THP_CHOICES = {
+    "enabled": ("always", "madvise", "never"),
+    "defrag": ("always", "defer", "defer+madvise", "madvise", "never"),
+}
+SYSCTL_CONFLICT_MODES = ("error", "warn")
+
+
+# -- pure helpers: planning what to change, and verification --------------------------------
+
+
+def wanted_sysctl(plan: KernelPlan) -> dict[str, str]:
+    """The plan's sysctl values by /proc/sys path, squeezed. Bad input raises ValueError."""
+    if plan.sysctl_conflicts not in SYSCTL_CONFLICT_MODES:
+        raise ValueError(f"sysctl_conflicts must be one of {SYSCTL_CONFLICT_MODES}, not {plan.sysctl_conflicts!r}")
+    wanted: dict[str, str] = {}
+    for key, value in plan.sysctl.items():
+        path = sysctl_path(key)
+        parts = path.split("/")
+        if not key.strip() or is_glob(key) or any(c.isspace() or c in "=#;" for c in key) or "" in parts \
+                or ".." in parts or key.startswith("-"):
+            raise ValueError(f"sysctl key {key!r} is not a plain sysctl name such as vm.swappiness")
+        if "\n" in str(value) or not squeeze(str(value)):
+            raise ValueError(f"sysctl {key}: the value must be a non-empty single line, not {value!r}")
+        value = squeeze(str(value))
+        if path in wanted:
+            raise ValueError(f"sysctl {key} is set twice (two spellings of {sysctl_key(path)})")
+        wanted[path] = value
+    return wanted
+
+
+def wanted_thp(plan: KernelPlan) -> dict[str, str]:
+    """THP sysfs file name -> wanted value; files the plan leaves alone are absent."""
+    wanted = {name: value for name, value in (("enabled", plan.thp_enabled), ("defrag", plan.thp_defrag))
+              if value is not None}
+    for name, value in wanted.items():
+        if value not in THP_CHOICES[name]:
+            raise ValueError(f"thp_{name} must be one of {', '.join(THP_CHOICES[name])}, not {value!r}")
+    return wanted
+
+
+@cache
+def _templates() -> Environment:
+    return Environment(
+        loader=FileSystemLoader(str(templates_dir())),
+        undefined=StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        autoescape=False,
+    )
+
+
+def _render(template: str, **context: Any) -> str:
+    return _templates().get_template(template).render(**context)
+
+
+def render_sysctl_file(plan: KernelPlan) -> str:
+    settings = sorted((key.strip(), squeeze(str(value))) for key, value in plan.sysctl.items())
+    return _render("sysctl.conf.j2", settings=settings)
+
+
+def render_thp_unit(plan: KernelPlan) -> str:
+    return _render(
+        "vllm-hostkit-thp.service.j2",
+        settings=sorted(wanted_thp(plan).items(), key=lambda item: item[0] != "enabled"),
+        thp_dir=THP_DIR,
+        wanted_by=THP_WANTED_BY,
+        vllm_unit=VLLM_UNIT,
+    )
+
+
+@dataclass(frozen=True)
+class SysctlOverride:
+    """A setting outside hostkit's file that would replace hostkit's value."""
+
+    file: SysctlFile
+    assignment: SysctlAssignment
+    wanted: str
+    when: str  # "at boot" or "on `sysctl --system`"
+
+    def __str__(self) -> str:
+        return (
+            f"{self.file.describe()}:{self.assignment.line} sets {sysctl_key(self.assignment.key)} = "
+            f"{self.assignment.value} (hostkit wants {self.wanted}); it would win over "
+            f"{SYSCTL_FILE} {self.when}"
+        )
+
+
+def _overrides(sysctl_file: SysctlFile, wanted: dict[str, str], when: str) -> list[SysctlOverride]:
+    return [
+        SysctlOverride(sysctl_file, assignment, wanted[assignment.key], when)
+        for assignment in sysctl_file.assignments
+        if assignment.value is not None and not is_glob(assignment.key)
+        and assignment.key in wanted and assignment.value != wanted[assignment.key]
+    ]
+
+
+def sysctl_conflicts(state: KernelState, plan: KernelPlan) -> list[SysctlOverride]:
+    """Settings that would replace hostkit's values at boot (the rule is in the module docstring)."""
+    wanted = wanted_sysctl(plan)
+    ours = posixpath.basename(SYSCTL_FILE)
+    conflicts: list[SysctlOverride] = []
+    for sysctl_file in state.boot_sysctl_files():
+        if sysctl_file.name > ours:
+            conflicts.extend(_overrides(sysctl_file, wanted, "at boot"))
+    return conflicts
+
+
+def sysctl_conf_overrides(state: KernelState, plan: KernelPlan) -> list[SysctlOverride]:
+    """/etc/sysctl.conf settings that procps `sysctl --system` would apply after hostkit's file."""
+    if state.sysctl_conf is None:
+        return []
+    return _overrides(state.sysctl_conf, wanted_sysctl(plan), "on `sysctl --system`")
+
+
+def thp_cmdline_setting(kernel_cmdline: str) -> str | None:
+    """The kernel's `transparent_hugepage=` boot argument (the last one counts), if any."""
+    found = None
+    for word in kernel_cmdline.split():
+        name, sep, value = word.partition("=")
+        if sep and name == "transparent_hugepage":
+            found = value
+    return found
+
+
+def thp_refusals(state: KernelState, plan: KernelPlan, kernel_cmdline: str) -> list[str]:
+    """Why the wanted THP settings cannot be applied on this host (a kernel with THP assumed)."""
+    refusals = []
+    wanted = wanted_thp(plan)
+    booted = thp_cmdline_setting(kernel_cmdline)
+    if "enabled" in wanted and booted is not None and booted != wanted["enabled"]:
+        refusals.append(
+            f"the kernel command line sets transparent_hugepage={booted}, but thp_enabled is "
+            f"{wanted['enabled']}: the boot loader and hostkit would both claim this setting. "
+            f"Set thp_enabled: {booted}, or remove transparent_hugepage= from the boot loader "
+            "configuration (GRUB_CMDLINE_LINUX in /etc/default/grub, then update-grub) and reboot."
+        )
+    for name, value in wanted.items():
+        setting = state.thp_enabled if name == "enabled" else state.thp_defrag
+        if setting is not None and value not in setting.choices:
+            refusals.append(
+                f"this kernel does not offer {value!r} in {THP_DIR}/{name} "
+                f"(it offers: {', '.join(setting.choices)})"
+            )
+    return refusals
+
+
+def kernel_mismatches(state: KernelState, plan: KernelPlan, kernel_cmdline: str) -> list[str]:
+    """Everything about the host's kernel tuning that differs from the plan; empty when it matches.
+
+    For verification: reads only the snapshot's kernel section and the kernel command line.
+    """
+    mismatches = []
+    for path, value in wanted_sysctl(plan).items():
+        if path not in state.live:
+            mismatches.append(f"sysctl {sysctl_key(path)}: not set in {SYSCTL_FILE}")
+        elif state.live[path] is None:
+            mismatches.append(f"sysctl {sysctl_key(path)}: /proc/sys/{path} does not exist")
+        elif state.live[path] != value:
+            mismatches.append(f"sysctl {sysctl_key(path)} is {state.live[path]}, wanted {value}")
+    if state.hostkit_sysctl_text != render_sysctl_file(plan):
+        mismatches.append(f"{SYSCTL_FILE} is {'missing' if state.hostkit_sysctl_text is None else 'out of date'}")
+    if plan.sysctl_conflicts == "error":
+        mismatches.extend(f"sysctl conflict: {conflict}" for conflict in sysctl_conflicts(state, plan))
+
+    wanted = wanted_thp(plan)
+    if wanted and state.thp_supported:
+        mismatches.extend(f"THP: {refusal}" for refusal in thp_refusals(state, plan, kernel_cmdline))
+        for name, value in wanted.items():
+            setting = state.thp_enabled if name == "enabled" else state.thp_defrag
+            actual = setting.selected if setting else "unreadable"
+            if actual != value:
+                mismatches.append(f"THP {name} is {actual}, wanted {value}")
+        if state.thp_unit_text != render_thp_unit(plan):
+            mismatches.append(f"{THP_UNIT_PATH} is {'missing' if state.thp_unit_text is None else 'out of date'}")
+        if not state.thp_unit_enabled:
+            mismatches.append(f"{THP_UNIT} is not enabled ({THP_WANTED_BY} does not want it)")
+    elif not wanted and state.thp_unit_text is not None:
+        mismatches.append(f"{THP_UNIT_PATH} is installed, but the plan leaves THP alone")
+    return mismatches
+
+
+# -- remote commands -----------------------------------------------------------------------
+
+_SYSCTL_SET = r"""hostkit_sysctl() {
+  [ -e "/proc/sys/$1" ] || { echo "hostkit: sysctl $3: /proc/sys/$1 does not exist (unknown key, or its module is not loaded)" >&2; exit 1; }
+  printf '%s\n' "$2" > "/proc/sys/$1" || { echo "hostkit: sysctl $3: the kernel refused the value '$2'" >&2; exit 1; }
+  got=$(tr -s '[:space:]' ' ' < "/proc/sys/$1"); got=${got% }
+  [ "$got" = "$2" ] || { echo "hostkit: sysctl $3 reads back as '$got' after writing '$2'" >&2; exit 1; }
+}"""
+
+
+def _install_file(path: str, text: str) -> list[str]:
+    """Write `text` to `path` atomically, mode 0644 (the temporary name is no *.conf/*.service)."""
+    directory, name = posixpath.split(path)
+    tmp = posixpath.join(directory, f".{name}.hostkit-new")
+    return [
+        f"mkdir -p {shlex.quote(directory)}",
+        f"printf %s {shlex.quote(text)} > {shlex.quote(tmp)}",
+        f"chmod 0644 {shlex.quote(tmp)}",
+        f"mv -f {shlex.quote(tmp)} {shlex.quote(path)}",
+    ]
+
+
+def sysctl_apply_command(live: dict[str, str], file_text: str | None) -> str:
+    """Write `live` (path -> value) to /proc/sys and check each read-back, then install the file.
+
+    Live values go first: a value the kernel rejects stops the command before it is persisted.
+    """
+    lines = ["set -e"]
+    if live:
+        lines.append(_SYSCTL_SET)
+        lines += [
+            f"hostkit_sysctl {shlex.quote(path)} {shlex.quote(value)} {shlex.quote(sysctl_key(path))}"
+            for path, value in sorted(live.items())
+        ]
+    if file_text is not None:
+        lines += _install_file(SYSCTL_FILE, file_text)
+    return "\n".join(lines)
+
+
+def thp_apply_command(unit_text: str | None, restart: bool, wanted: dict[str, str]) -> str:
+    """Install the unit when `unit_text` is given; (re)enable it; restart it to apply the values."""
+    unit = shlex.quote(THP_UNIT)
+    lines = ["set -e"]
+    if unit_text is not None:
+        lines += _install_file(THP_UNIT_PATH, unit_text)
+        lines.append("systemctl daemon-reload")
+    # reenable also drops a symlink left by an older [Install] section.
+    lines.append(f"systemctl reenable --quiet {unit}")
+    if restart:
+        lines.append(
+            f"systemctl restart {unit} || {{ journalctl -u {unit} -b -n 20 --no-pager >&2; exit 1; }}"
+        )
+        for name, value in sorted(wanted.items()):
+            sysfs = shlex.quote(f"{THP_DIR}/{name}")
+            lines.append(
+                f"grep -qF {shlex.quote(f'[{value}]')} {sysfs} || "
+                f"{{ echo \"hostkit: {THP_DIR}/{name} is '$(cat {sysfs})' after {THP_UNIT} ran, wanted {value}\" >&2;"
+                " exit 1; }"
+            )
+    return "\n".join(lines)
+
+
+def thp_remove_command() -> str:
+    unit = shlex.quote(THP_UNIT)
+    return "\n".join([
+        "set -e",
+        f"systemctl disable --quiet {unit}",
+        f"rm -f {shlex.quote(THP_UNIT_PATH)}",
+        "systemctl daemon-reload",
+    ])
+
+
+# -- operations ----------------------------------------------------------------------------
+
+
+def refuse_host(state: State, host: Host, summary: str, reasons: list[str]) -> bool:
+    """Log why this host is refused; returning False fails this host only."""
+    host.log_styled(summary, fg="red", log_func=logger.error)
+    for reason in reasons:
+        host.log_styled(f"  {reason}", fg="red", log_func=logger.error)
+    return False
+
+
+def _notice(message: str) -> None:
+    """Log once per run: at prepare when pyinfra checks for changes, else at execute."""
+    if host.state.is_executing != host.state.should_check_for_changes():
+        host.log_styled(message, fg="yellow", log_func=logger.warning)
+
+
+def _checked(plan: KernelPlan, check) -> Any:
+    try:
+        return check(plan)
+    except ValueError as error:
+        raise OperationValueError(str(error)) from None
+
+
+@operation()
+def sysctl_settings(plan: KernelPlan, profile: Any = None):
+    """
+    Apply the plan's sysctl values live, check them in /proc/sys, and persist them in SYSCTL_FILE.
+
+    + plan: the host's KernelPlan
+    + profile: the host's HostProfile, passed on to the snapshot for the other sections
+    """
+    wanted = _checked(plan, wanted_sysctl)
+    state: KernelState = snapshot(host, profile).kernel
+
+    conflicts = sysctl_conflicts(state, plan)
+    if conflicts and plan.sysctl_conflicts == "error":
+        yield FunctionCommand(refuse_host, (
+            "sysctl: other files would override hostkit's values at boot (set sysctl_conflicts: warn to go on):",
+            [str(conflict) for conflict in conflicts],
+        ), {})
+        return
+    for override in conflicts + sysctl_conf_overrides(state, plan):
+        _notice(f"sysctl: {override}")
+
+    file_text = render_sysctl_file(plan)
+    stale = {path: value for path, value in wanted.items() if state.live.get(path, "") != value}
+    if not stale and state.hostkit_sysctl_text == file_text:
+        return
+    mark_changed(host)
+    yield sysctl_apply_command(stale, None if state.hostkit_sysctl_text == file_text else file_text)
+
+
+@operation()
+def transparent_hugepages(plan: KernelPlan, profile: Any = None):
+    """
+    Apply thp_enabled/thp_defrag live and at every boot through the THP_UNIT oneshot unit.
+
+    + plan: the host's KernelPlan (thp_enabled/thp_defrag None: leave that file alone)
+    + profile: the host's HostProfile, passed on to the snapshot for the other sections
+    """
+    wanted = _checked(plan, wanted_thp)
+    snap = snapshot(host, profile)
+    state: KernelState = snap.kernel
+
+    if not wanted:
+        if state.thp_unit_text is not None:
+            mark_changed(host)
+            yield thp_remove_command()
+        return
+    if not state.thp_supported:
+        _notice(f"THP: this kernel has no transparent hugepage support ({THP_DIR} is missing); "
+                "thp_enabled and thp_defrag are skipped")
+        return
+    refusals = thp_refusals(state, plan, snap.system.kernel_cmdline)
+    if refusals:
+        yield FunctionCommand(refuse_host, ("THP: refusing to set transparent hugepages:", refusals), {})
+        return
+
+    unit_text = render_thp_unit(plan)
+    unit_changed = state.thp_unit_text != unit_text
+    live_stale = any(
+        (state.thp_enabled if name == "enabled" else state.thp_defrag).selected != value
+        for name, value in wanted.items()
+    )
+    if not (unit_changed or live_stale or not state.thp_unit_enabled):
+        return
+    mark_changed(host)
+    yield thp_apply_command(unit_text if unit_changed else None, unit_changed or live_stale, wanted)

@@ -1,0 +1,342 @@
+"""vLLM as a systemd service: user, environment file, unit, checks, (re)start; then a readiness gate.
+
+`vllm_service` changes only what differs from the plan. A new unit is rendered to
+VERIFY_PATH and must pass `systemd-analyze verify`, and its argv must pass the host's own
+vLLM argument parser (hostkit/vllm_parse_check.py), before it replaces the installed
+unit: a failed check fails the host and leaves the previous unit installed and running.
+daemon-reload runs only when the unit file changed; the service restarts only when the
+unit or the environment file changed, or when it is not running. A rerun yields nothing.
+
+The environment file holds the API key. It is uploaded from memory (FileUploadCommand of
+a StringIO, which pyinfra logs as "file uploaded: PATH", never the content) into a
+root-only directory, never echoed in a command, and compared by sha256. files.put is not
+used: with `--diff` it prints the content of changed files.
+
+`vllm_ready` waits for /health and the served model on /v1/models, logs a progress line
+about every 10 s, and fails the host with the unit's last journal lines when vLLM is
+not ready in plan.ready_timeout_s or its unit failed. It also checks that the memory
+limit is in force in the unit's cgroup (memory.max, or memory.limit_in_bytes on v1).
+
+A failing host fails alone, at execute time, through a FunctionCommand that returns
+False (see hostkit/operations/gpu.py).
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass, fields
+from hashlib import sha256
+from importlib import resources
+from io import StringIO
+from typing import Any
+
+from pyinfra import host, logger
+from pyinfra.api import FileUploadCommand, FunctionCommand, Host, State, StringCommand, operation
+from pyinfra.api.arguments import CONNECTOR_ARGUMENT_KEYS
+from pyinfra.api.exceptions import OperationValueError
+
+from hostkit.facts.snapshot import mark_changed, snapshot
+from hostkit.facts.vllm_service import FileStat, ServiceTarget, VllmServiceFact, VllmServiceState
+from hostkit.plans import VLLM_ENV_FILE, VLLM_UNIT, VllmPlan
+from hostkit.readiness import Observation, wait_until_ready
+from hostkit.vllm_unit import (
+    ENV_DIR,
+    HOME_DIR,
+    UNIT_PATH,
+    VERIFY_DIR,
+    VERIFY_PATH,
+    UnitError,
+    render_env,
+    render_unit,
+)
+
+ENV_FILE_STAT = FileStat("600", "root", "root")
+ENV_DIR_STAT = FileStat("700", "root", "root")
+JOURNAL_LINES = 30
+PAGE_SIZE = 4096
+
+_PARSE_CHECK_EXIT = {2: "the host's vLLM argument parser rejected", 3: "the host's vLLM rejected (its own checks)"}
+_CANNOT_CHECK = 4
+
+
+# -- pure: what to change -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ServiceChanges:
+    create_user: bool = False
+    fix_env_dir: bool = False
+    write_env: bool = False
+    fix_env_file: bool = False  # same content, wrong mode or owner
+    install_unit: bool = False
+    daemon_reload: bool = False
+    enable: bool = False
+    reset_failed: bool = False
+    restart: bool = False
+
+    def __bool__(self) -> bool:
+        return any(getattr(self, item.name) for item in fields(self))
+
+    def describe(self) -> str:
+        return ", ".join(item.name.replace("_", " ") for item in fields(self) if getattr(self, item.name))
+
+
+def text_sha256(text: str) -> str:
+    return sha256(text.encode()).hexdigest()
+
+
+def service_changes(current: VllmServiceState, unit_text: str, env_text: str) -> ServiceChanges:
+    """What must change on a host in state `current` to run the unit and env file given."""
+    install_unit = current.unit_sha256 != text_sha256(unit_text)
+    write_env = current.env_sha256 != text_sha256(env_text)
+    return ServiceChanges(
+        create_user=current.user_uid is None,
+        fix_env_dir=current.env_dir_stat != ENV_DIR_STAT,
+        write_env=write_env,
+        fix_env_file=not write_env and current.env_stat != ENV_FILE_STAT,
+        install_unit=install_unit,
+        daemon_reload=install_unit or current.need_daemon_reload,
+        enable=not current.is_enabled,
+        reset_failed=current.active_state == "failed",
+        restart=install_unit or write_env or not current.is_active,
+    )
+
+
+def memory_limit_problem(plan: VllmPlan, current: VllmServiceState) -> str | None:
+    """Why the unit's cgroup does not enforce plan.memory_max_bytes, or None."""
+    wanted = plan.memory_max_bytes
+    if wanted is None:
+        return None
+    effective = current.memory_limit_bytes
+    knob = "memory.limit_in_bytes" if plan.cgroup_version == 1 else "memory.max"
+    # The kernel rounds the limit down to whole pages.
+    if effective is None or not 0 <= wanted - effective < PAGE_SIZE:
+        shown = "no limit" if effective is None else str(effective)
+        return f"the unit's cgroup {knob} is {shown}, expected {wanted}: the memory limit is not in force"
+    return None
+
+
+def observe(plan: VllmPlan, current: VllmServiceState) -> Observation:
+    """Readiness of the service in `current`, for the readiness gate."""
+    status = current.describe()
+    if current.probe is not None and current.probe.serves(plan.served_model_name):
+        problem = memory_limit_problem(plan, current)
+        return Observation(ready=problem is None, status=status, give_up=problem)
+    if current.active_state == "failed":
+        return Observation(False, status, give_up=f"{VLLM_UNIT} failed (result: {current.unit.get('Result', '?')})")
+    if current.active_state == "inactive":
+        return Observation(False, status, give_up=f"{VLLM_UNIT} is not running")
+    return Observation(False, status)
+
+
+# -- remote commands ------------------------------------------------------------------------
+
+
+def useradd_command(user: str) -> str:
+    return (
+        f"useradd --system --user-group --home-dir {HOME_DIR} --no-create-home"
+        f" --shell /usr/sbin/nologin {shlex.quote(user)}"
+    )
+
+
+def verify_command() -> str:
+    return f"systemd-analyze verify {VERIFY_PATH} 2>&1"
+
+
+# systemd 252 warns about MemoryLimit=, the cgroup v1 directive this unit uses on purpose
+# (older v1 systemd knows no MemoryMax=); the gate checks memory.limit_in_bytes after start.
+_TOLERATED_WARNINGS = ("Unit uses MemoryLimit=; please use MemoryMax= instead.",)
+
+
+def verify_problems(ok: bool, output_lines: list[str], path: str = VERIFY_PATH) -> list[str]:
+    """Failures of `systemd-analyze verify` for our unit. Its warnings (unknown keys, bad
+    values "ignoring") exit 0 but mean a directive would silently not apply: refuse them."""
+    ours = [
+        line for line in output_lines
+        if (line.startswith(path) or line.startswith(f"{VLLM_UNIT}:"))
+        and not any(warning in line for warning in _TOLERATED_WARNINGS)
+    ]
+    if not ok:
+        return ours or output_lines or ["systemd-analyze verify failed without output"]
+    return ours
+
+
+def parse_check_command(plan: VllmPlan) -> str:
+    """Run the host's vLLM argument parser on plan.argv as the service user (parse only)."""
+    script = resources.files("hostkit").joinpath("vllm_parse_check.py").read_text()
+    command, *args = plan.argv
+    quoted_args = " ".join(shlex.quote(arg) for arg in args)
+    return "\n".join((
+        f"c={shlex.quote(command)}",
+        "(",
+        'line=$(head -n1 "$c")',
+        'case "$line" in',
+        "  '#!'*python*) ;;",
+        f'  *) echo "$c is not a Python entry point: cannot run its parser" >&2; exit {_CANNOT_CHECK};;',
+        "esac",
+        # ${line#??} drops "#!"; unquoted so that "#!/usr/bin/env python3" splits into words.
+        f"cd / && exec runuser -u {shlex.quote(plan.user)} -- ${{line#??}} -c {shlex.quote(script)} \"$c\" {quoted_args}",
+        ")",
+        # pyinfra reports only success or failure: say which failure.
+        'rc=$?; echo "hostkit-exit=$rc" >&2; exit $rc',
+    ))
+
+
+def _connector_arguments(op_host: Host) -> dict[str, Any]:
+    """The operation's _sudo etc., for commands that callbacks run themselves."""
+    arguments = op_host.current_op_global_arguments or {}
+    return {key: arguments[key] for key in CONNECTOR_ARGUMENT_KEYS if key in arguments}
+
+
+def _log_lines(op_host: Host, lines: list[str], colour: str = "red") -> None:
+    for line in lines:
+        op_host.log_styled(f"  {line}", fg=colour, log_func=logger.error)
+
+
+def check_unit_file(state: State, host: Host, connector_arguments: dict[str, Any]) -> bool:
+    ok, output = host.run_shell_command(StringCommand(verify_command()), **connector_arguments)
+    problems = verify_problems(ok, output.stdout_lines + output.stderr_lines)
+    if problems:
+        host.log_styled(f"{VLLM_UNIT}: systemd-analyze verify refused the new unit; the old one stays", fg="red",
+                        log_func=logger.error)
+        _log_lines(host, problems)
+        return False
+    return True
+
+
+def check_flags(state: State, host: Host, plan: VllmPlan, connector_arguments: dict[str, Any]) -> bool:
+    command = StringCommand(parse_check_command(plan))
+    ok, output = host.run_shell_command(command, **connector_arguments)
+    if ok:
+        return True
+    exit_status = _exit_status(output.stderr_lines)
+    if exit_status == _CANNOT_CHECK:
+        host.log_styled(f"{VLLM_UNIT}: flags not checked on the host: {output.stderr.strip()}", fg="yellow",
+                        log_func=logger.warning)
+        return True
+    reason = _PARSE_CHECK_EXIT.get(exit_status, f"the host's vLLM (exit status {exit_status}) refused")
+    host.log_styled(f"{VLLM_UNIT}: {reason} the new command line (the inventory says vLLM {plan.version});"
+                    " the old unit stays", fg="red", log_func=logger.error)
+    _log_lines(host, output.stderr_lines[-20:])
+    return False
+
+
+def _exit_status(stderr_lines: list[str]) -> int | None:
+    """The parse check's exit status, which it prints last (pyinfra reports only success)."""
+    for line in reversed(stderr_lines):
+        if line.startswith("hostkit-exit="):
+            return int(line.split("=", 1)[1])
+    return None
+
+
+def show_journal(op_host: Host, connector_arguments: dict[str, Any]) -> None:
+    command = StringCommand(f"journalctl -u {VLLM_UNIT} -n {JOURNAL_LINES} --no-pager")
+    _, output = op_host.run_shell_command(command, **connector_arguments)
+    op_host.log_styled(f"last {JOURNAL_LINES} journal lines of {VLLM_UNIT}:", fg="red", log_func=logger.error)
+    _log_lines(op_host, output.stdout_lines + output.stderr_lines)
+
+
+def wait_for_vllm(state: State, host: Host, plan: VllmPlan, connector_arguments: dict[str, Any]) -> bool:
+    fact = VllmServiceFact()
+    command = StringCommand(fact.command(target=ServiceTarget.from_plan(plan)))
+
+    def look() -> Observation:
+        _, output = host.run_shell_command(command, **connector_arguments)
+        return observe(plan, fact.process(output.stdout_lines))
+
+    result = wait_until_ready(look, plan.ready_timeout_s, lambda line: host.log(line))
+    if result.ready:
+        host.log_styled(f"vLLM ready after {result.waited_s:.0f}s: {result.last.status}", fg="green")
+        return True
+    why = result.last.give_up or f"not ready after {plan.ready_timeout_s}s"
+    host.log_styled(f"vLLM: {why} ({result.last.status})", fg="red", log_func=logger.error)
+    show_journal(host, connector_arguments)
+    return False
+
+
+# -- operations -------------------------------------------------------------------------------
+
+
+def _rendered(plan: VllmPlan) -> tuple[str, str]:
+    try:
+        return render_unit(plan), render_env(plan)
+    except UnitError as error:
+        raise OperationValueError(f"vLLM unit: {error}") from None
+
+
+def _current(plan: VllmPlan, profile: Any) -> VllmServiceState:
+    """The snapshot's vllm section, or a fresh look when it was taken for another target."""
+    target = ServiceTarget.from_plan(plan)
+    current = snapshot(host, profile).vllm
+    if current.target != target:
+        current = host.get_fact(VllmServiceFact, target=target)
+    return current
+
+
+@operation()
+def vllm_service(plan: VllmPlan, profile: Any = None):
+    """
+    Install and run vLLM as vllm.service, changing only what differs from the plan.
+
+    + plan: the host's VllmPlan (nothing happens when plan.enabled is false)
+    + profile: the host's HostProfile, for the snapshot; None uses the memoised one
+    """
+    if not plan.enabled:
+        return
+    unit_text, env_text = _rendered(plan)
+    current = _current(plan, profile)
+    changes = service_changes(current, unit_text, env_text)
+    if not changes:
+        return
+    for path in current.drop_in_paths:
+        host.log_styled(f"{VLLM_UNIT}: drop-in {path} also changes the unit", fg="yellow", log_func=logger.warning)
+    mark_changed(host)
+    connector_arguments = _connector_arguments(host)
+
+    if changes.create_user:
+        yield useradd_command(plan.user)
+    if changes.install_unit:
+        # Checks first: a refused unit leaves the installed one untouched and running.
+        yield f"install -d -m 0755 {VERIFY_DIR}"
+        yield FileUploadCommand(StringIO(unit_text), VERIFY_PATH)
+        yield FunctionCommand(check_unit_file, (connector_arguments,), {})
+        yield FunctionCommand(check_flags, (plan, connector_arguments), {})
+    if changes.fix_env_dir:
+        yield f"install -d -m 0700 -o root -g root {ENV_DIR}"
+    if changes.write_env:
+        # The directory is root-only, so the file is private from the moment it exists.
+        staged = f"{ENV_DIR}/.vllm.env.new"
+        yield FileUploadCommand(StringIO(env_text), staged)
+        yield f"chown root:root {staged} && chmod 0600 {staged} && mv -f {staged} {VLLM_ENV_FILE}"
+    if changes.fix_env_file:
+        yield f"chown root:root {VLLM_ENV_FILE} && chmod 0600 {VLLM_ENV_FILE}"
+    if changes.install_unit:
+        staged = f"{UNIT_PATH.rsplit('/', 1)[0]}/.{VLLM_UNIT}.new"
+        yield f"install -m 0644 -o root -g root {VERIFY_PATH} {staged} && mv -f {staged} {UNIT_PATH}"
+    if changes.daemon_reload:
+        yield "systemctl daemon-reload"
+    if changes.enable:
+        yield f"systemctl enable {VLLM_UNIT}"
+    if changes.reset_failed:
+        yield f"systemctl reset-failed {VLLM_UNIT}"
+    if changes.restart:
+        yield f"systemctl restart {VLLM_UNIT}"
+
+
+@operation()
+def vllm_ready(plan: VllmPlan, profile: Any = None):
+    """
+    Wait until vLLM answers /health and lists the served model on /v1/models.
+
+    Yields nothing when the service is already up to date, ready and memory-limited.
+
+    + plan: the host's VllmPlan (nothing happens when plan.enabled is false)
+    + profile: the host's HostProfile, for the snapshot; None uses the memoised one
+    """
+    if not plan.enabled:
+        return
+    unit_text, env_text = _rendered(plan)
+    current = _current(plan, profile)
+    if not service_changes(current, unit_text, env_text) and observe(plan, current).ready:
+        return
+    yield FunctionCommand(wait_for_vllm, (plan, _connector_arguments(host)), {})

@@ -1,0 +1,165 @@
+"""Is a vLLM server ready? Probe /health, then /v1/models, from the host itself; poll until ready.
+
+vLLM binds its port only once the model is loaded: /health refuses connections while
+loading, answers 200 when serving, and 500/503 once the engine died. /v1/models then must
+list the served model name. The probe runs on the host (the port need not be reachable
+from the controller) with python3's standard library. When an API key is set, /v1/*
+needs it: the probe reads it from the root-only environment file on the host, so it never
+appears in a command line or in pyinfra's output.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from hostkit.plans import VLLM_ENV_FILE
+
+PROBE_TIMEOUT_S = 5
+
+_PROBE_SCRIPT = r"""
+import json, sys, urllib.error, urllib.request
+address, port, env_file = sys.argv[1], sys.argv[2], sys.argv[3]
+key = None
+try:
+    with open(env_file) as lines:
+        for line in lines:
+            if line.startswith("VLLM_API_KEY="):
+                value = line.rstrip("\n")[len("VLLM_API_KEY="):]
+                if value[:1] == '"' and value[-1:] == '"':
+                    value = value[1:-1]
+                    out, i = [], 0
+                    while i < len(value):
+                        if value[i] == "\\" and i + 1 < len(value):
+                            i += 1
+                        out.append(value[i])
+                        i += 1
+                    value = "".join(out)
+                key = value
+except OSError:
+    pass
+host = "[%s]" % address if ":" in address else address
+def get(path):
+    request = urllib.request.Request("http://%s:%s%s" % (host, port, path))
+    if key:
+        request.add_header("Authorization", "Bearer " + key)
+    try:
+        with urllib.request.urlopen(request, timeout=TIMEOUT) as response:
+            return response.status, response.read(), ""
+    except urllib.error.HTTPError as error:
+        return error.code, b"", ""
+    except Exception as error:
+        return None, b"", str(getattr(error, "reason", error))
+result = {"health": None, "error": "", "models_status": None, "models": None}
+result["health"], _, result["error"] = get("/health")
+if result["health"] == 200:
+    status, body, error = get("/v1/models")
+    result["models_status"] = status
+    result["error"] = error
+    if status == 200:
+        try:
+            result["models"] = [entry["id"] for entry in json.loads(body)["data"]]
+        except Exception as error:
+            result["error"] = "bad /v1/models answer: %s" % error
+print(json.dumps(result))
+""".replace("TIMEOUT", str(PROBE_TIMEOUT_S))
+
+
+def probe_address(bind_host: str) -> str:
+    """Where to reach a server bound to `bind_host` from the host itself."""
+    if bind_host in ("", "0.0.0.0"):
+        return "127.0.0.1"
+    if bind_host == "::":
+        return "::1"
+    return bind_host
+
+
+def probe_command(bind_host: str, port: int, env_file: str = VLLM_ENV_FILE) -> str:
+    """Shell command printing one JSON line (see `Probe`), or nothing without python3."""
+    args = " ".join(shlex.quote(word) for word in (probe_address(bind_host), str(port), env_file))
+    return f"command -v python3 >/dev/null && python3 -c {shlex.quote(_PROBE_SCRIPT)} {args}"
+
+
+@dataclass(frozen=True)
+class Probe:
+    health: int | None  # HTTP status of /health; None: no answer (see error)
+    error: str
+    models_status: int | None
+    models: tuple[str, ...] | None
+
+    @classmethod
+    def parse(cls, line: str) -> Probe | None:
+        try:
+            data = json.loads(line)
+        except ValueError:
+            return None
+        models = data.get("models")
+        return cls(
+            health=data.get("health"),
+            error=data.get("error") or "",
+            models_status=data.get("models_status"),
+            models=None if models is None else tuple(models),
+        )
+
+    def serves(self, model_name: str) -> bool:
+        """/health is 200 and /v1/models lists `model_name` (any model when it is empty)."""
+        if self.health != 200 or self.models is None:
+            return False
+        return model_name in self.models if model_name else bool(self.models)
+
+    def describe(self) -> str:
+        if self.health is None:
+            return f"/health: {self.error or 'no answer'}"
+        if self.health != 200:
+            return f"/health: HTTP {self.health}"
+        if self.models is None:
+            detail = f"HTTP {self.models_status}" if self.models_status else self.error
+            return f"/health: 200, /v1/models: {detail}"
+        return f"/health: 200, models: {', '.join(self.models) or 'none'}"
+
+
+@dataclass(frozen=True)
+class Observation:
+    """One look at the server: ready, hopeless (give_up says why), or still coming up."""
+
+    ready: bool
+    status: str
+    give_up: str | None = None
+
+
+@dataclass(frozen=True)
+class WaitResult:
+    ready: bool
+    waited_s: float
+    last: Observation
+
+
+def wait_until_ready(
+    observe: Callable[[], Observation],
+    timeout_s: float,
+    report: Callable[[str], None],
+    *,
+    interval_s: float = 2.0,
+    progress_every_s: float = 10.0,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> WaitResult:
+    """Call `observe` every `interval_s` until ready, hopeless or `timeout_s` passed.
+
+    `report` gets a progress line about every `progress_every_s` seconds while waiting.
+    """
+    start = clock()
+    next_report = start + progress_every_s
+    while True:
+        observation = observe()
+        now = clock()
+        waited = now - start
+        if observation.ready or observation.give_up or waited >= timeout_s:
+            return WaitResult(observation.ready, waited, observation)
+        if now >= next_report:
+            report(f"waiting for vLLM: {observation.status} ({waited:.0f}s of {timeout_s:.0f}s)")
+            next_report = now + progress_every_s
+        sleep(min(interval_s, max(0.0, start + timeout_s - now)))

@@ -1,0 +1,70 @@
+"""`hostkit rollout` without the CLI: read and check the inventory, then roll it out."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from hostkit.profile import load_inventory, validate_inventory
+from hostkit.rollout.batches import order_hosts, parse_batches, parse_max_failed
+from hostkit.rollout.engine import Deployer, Gate, RolloutSettings, run_rollout
+from hostkit.rollout.gate import ServiceGate, VerifyGate
+from hostkit.rollout.pyinfra_batch import PyinfraBatchDeployer
+from hostkit.rollout.report import RolloutReport, read_report
+
+GATES = ("verify", "ready", "none")
+
+
+def rollout(
+    inventory: str | Path,
+    deploy: str | Path,
+    *,
+    batches: str = "1,25%,100%",
+    max_failed: str = "0",
+    gate: str = "verify",
+    order_key: str | None = None,
+    dry: bool = False,
+    resume: str | Path | None = None,
+    report_path: str | Path | None = None,
+    gate_timeout: float | None = None,
+    progress: Callable[[str], None] = print,
+    deployer: Deployer | None = None,
+    gate_check: Gate | None = None,
+) -> RolloutReport:
+    """Roll `deploy` out over `inventory`. Raises ValueError (bad options or resume
+    report) or hostkit.profile.ProfileError (bad host data) before any host is touched.
+
+    `deployer` and `gate_check` replace pyinfra and the health gate (tests, the bench).
+    """
+    if gate not in GATES:
+        raise ValueError(f"--gate {gate!r}: expected one of {', '.join(GATES)}")
+    settings = RolloutSettings(
+        inventory=str(inventory),
+        deploy=str(deploy),
+        stages=parse_batches(batches),
+        max_failed=parse_max_failed(max_failed),
+        gate=gate,
+        order_key=order_key,
+        dry=dry,
+    )
+    hosts = load_inventory(str(inventory))
+    profiles = validate_inventory(hosts)
+    ordered = order_hosts(hosts, order_key)
+    previous = read_report(resume) if resume else None
+
+    if deployer is None:
+        secrets = [p.vllm_api_key.get_secret_value() for p in profiles.values() if p.vllm_api_key]
+        deployer = PyinfraBatchDeployer(inventory, deploy, secrets=secrets)
+    if gate_check is None and gate != "none" and not dry:
+        service_gate = ServiceGate(inventory, profiles, dict(hosts), timeout=gate_timeout)
+        gate_check = VerifyGate(inventory, service_gate) if gate == "verify" else service_gate
+    return run_rollout(
+        ordered,
+        settings,
+        deployer,
+        None if gate == "none" or dry else gate_check,
+        report_path=report_path,
+        progress=progress,
+        previous=previous,
+        previous_path=str(resume) if resume else None,
+    )

@@ -1,0 +1,235 @@
+"""The health gate after each batch: does every host of the batch serve?
+
+- `ServiceGate`: /health, /v1/models and one real POST /v1/completions, with the
+  profile's API key in the Authorization header only. From the controller to the host's
+  address when that port answers there; otherwise on the host, through the host's own
+  pyinfra connection, with the key on stdin (see `hostkit.rollout.probe`).
+- `VerifyGate`: `hostkit verify` for the batch's hosts, then the `ServiceGate`.
+"""
+
+from __future__ import annotations
+
+import glob
+import ipaddress
+import json
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from hostkit.profile import HostProfile
+from hostkit.rollout import probe as probe_module
+from hostkit.rollout.pyinfra_batch import limit_args
+from hostkit.rollout.report import GateCheck, GateResult
+
+PROBE_SOURCE = Path(probe_module.__file__).read_text()
+CONNECT_TIMEOUT_S = 3.0
+PARALLEL_PROBES = 64
+
+
+def _is_loopback(address: str) -> bool:
+    if address.lower() in ("localhost", "localhost.localdomain"):
+        return True
+    try:
+        return ipaddress.ip_address(address).is_loopback
+    except ValueError:
+        return False
+
+
+def _url_host(address: str) -> str:
+    return f"[{address}]" if ":" in address else address
+
+
+def direct_base_url(name: str, data: Mapping[str, Any], profile: HostProfile) -> str | None:
+    """The server's URL as the controller would reach it, or None when only the host can:
+    a loopback ssh address is the controller itself (a port forward to sshd, say), and
+    a server bound to loopback is only reachable on its host."""
+    bind = profile.vllm_host
+    if name == "@local":
+        address = "127.0.0.1"
+    elif name.startswith("@") and not name.startswith("@ssh/"):
+        return None  # docker, chroot, ...: the connector is the way in
+    else:
+        address = str(data.get("ssh_hostname") or name.removeprefix("@ssh/"))
+        if _is_loopback(address) or _is_loopback(bind):
+            return None
+    target = address if bind in ("0.0.0.0", "::") else bind
+    return f"http://{_url_host(target)}:{profile.vllm_port}"
+
+
+def host_base_url(profile: HostProfile) -> str:
+    """The server's URL from the host itself."""
+    bind = profile.vllm_host
+    address = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(bind, bind)
+    return f"http://{_url_host(address)}:{profile.vllm_port}"
+
+
+def _answers(base_url: str) -> bool:
+    host, _, port = base_url.removeprefix("http://").rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_TIMEOUT_S):
+            return True
+    except OSError:
+        return False
+
+
+def _result(checks: Sequence[dict[str, Any]], started: float, where: str) -> GateResult:
+    return GateResult.of(
+        [GateCheck(check["name"], check["passed"], f"{check['detail']} ({where})", check["seconds"]) for check in checks],
+        time.monotonic() - started,
+    )
+
+
+def _failed(name: str, detail: str, started: float) -> GateResult:
+    return GateResult.of([GateCheck(name, False, detail)], time.monotonic() - started)
+
+
+class ServiceGate:
+    """Readiness and one completion per host; hosts without vLLM pass with a note."""
+
+    def __init__(self, inventory: str | Path, profiles: Mapping[str, HostProfile],
+                 host_data: Mapping[str, Mapping[str, Any]], timeout: float | None = None,
+                 direct: bool = True):
+        self.inventory = str(inventory)
+        self.profiles = profiles
+        self.host_data = host_data
+        self.timeout = timeout
+        self.direct = direct
+
+    def _timeout(self, profile: HostProfile) -> float:
+        return float(self.timeout if self.timeout is not None else profile.vllm_ready_timeout)
+
+    def __call__(self, names: Sequence[str]) -> dict[str, GateResult]:
+        # Greenlets, as pyinfra runs hosts: concurrent once the process is patched for
+        # gevent (the CLI is, by pyinfra_cli's import), one after another otherwise.
+        from gevent.pool import Pool
+
+        started = time.monotonic()
+        pool = Pool(PARALLEL_PROBES)
+        results: dict[str, GateResult] = {}
+        candidates: dict[str, Any] = {}
+        for name in names:
+            profile = self.profiles[name]
+            if not profile.vllm_enabled:
+                results[name] = GateResult.of([GateCheck("service", True, "vllm_enabled is false: nothing to serve")], 0)
+                continue
+            url = direct_base_url(name, self.host_data.get(name, {}), profile) if self.direct else None
+            candidates[name] = (url, None if url is None else pool.spawn(_answers, url))
+        pool.join()
+        # (A finished greenlet is falsy: compare with None.)
+        direct = {name: url for name, (url, answers) in candidates.items() if answers is not None and answers.value}
+        remote = [name for name in candidates if name not in direct]
+
+        probes = {name: pool.spawn(self._probe_direct, name, url) for name, url in direct.items()}
+        if remote:
+            from hostkit.fleet import connected_hosts
+
+            with connected_hosts(self.inventory, limit=[glob.escape(name) for name in remote]) as hosts:
+                by_name = {host.name: host for host in hosts}
+                probes.update({name: pool.spawn(self._probe_on_host, by_name[name]) for name in remote if name in by_name})
+                pool.join()  # before disconnecting
+        pool.join()
+        for name in [*direct, *remote]:
+            probe = probes.get(name)
+            if probe is None:
+                results[name] = _failed("connect", "pyinfra could not connect to the host", started)
+            elif not probe.successful():
+                results[name] = _failed("probe", f"the probe raised {probe.exception!r}", started)
+            else:
+                results[name] = probe.value
+        return results
+
+    def _probe_direct(self, name: str, base_url: str) -> GateResult:
+        started = time.monotonic()
+        profile = self.profiles[name]
+        key = profile.vllm_api_key.get_secret_value() if profile.vllm_api_key else None
+        checks = probe_module.probe(base_url, profile.served_model_name, key, self._timeout(profile))
+        return _result(checks, started, f"from the controller to {base_url}")
+
+    def _probe_on_host(self, host) -> GateResult:
+        from pyinfra.api.arguments import CONNECTOR_ARGUMENT_KEYS, pop_global_arguments
+        from pyinfra.api.command import QuoteString, StringCommand
+        from pyinfra.context import ctx_host, ctx_state
+
+        started = time.monotonic()
+        profile = self.profiles[host.name]
+        timeout = self._timeout(profile)
+        args = {"base_url": host_base_url(profile), "model": profile.served_model_name, "timeout": timeout}
+        command = StringCommand(
+            "command -v python3 >/dev/null || { echo 'python3 is missing on the host' >&2; exit 127; };",
+            "python3", "-c", QuoteString(PROBE_SOURCE), QuoteString(json.dumps(args)),
+        )
+        key = profile.vllm_api_key.get_secret_value() if profile.vllm_api_key else ""
+        with ctx_state.use(host.state), ctx_host.use(host):
+            # The host's own sudo/su/env settings apply, as they would to a fact.
+            arguments, _ = pop_global_arguments(host.state, host, {"_stdin": key + "\n", "_timeout": int(timeout) + 60})
+            connector_arguments = {k: v for k, v in arguments.items() if k in CONNECTOR_ARGUMENT_KEYS}
+            try:
+                _, output = host.run_shell_command(command, print_output=False, print_input=False, **connector_arguments)
+            except (OSError, TimeoutError) as error:
+                return _failed("probe", f"on the host: {error}", started)
+        where = f"on the host, to {args['base_url']}"
+        try:
+            checks = json.loads(output.stdout.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            return _failed("probe", f"{where}: no probe result: {output.stderr.strip()[-300:] or 'no output'}", started)
+        return _result(checks, started, where)
+
+
+class VerifyGate:
+    """`hostkit verify --limit ... --format json` for the batch, then the service gate."""
+
+    def __init__(self, inventory: str | Path, service_gate: ServiceGate, cwd: str | Path | None = None):
+        self.inventory = str(inventory)
+        self.service_gate = service_gate
+        self.cwd = cwd
+
+    def __call__(self, names: Sequence[str]) -> dict[str, GateResult]:
+        started = time.monotonic()
+        verified = run_verify(self.inventory, names, self.cwd, self.service_gate.timeout)
+        served = self.service_gate(names)
+        return {
+            name: GateResult.of([verified[name], *served[name].checks], time.monotonic() - started)
+            for name in names
+        }
+
+
+def run_verify(inventory: str, names: Sequence[str], cwd: str | Path | None = None,
+               ready_timeout: float | None = None) -> dict[str, GateCheck]:
+    """`hostkit verify` (its own process: it patches the stdlib for gevent and runs
+    testinfra) for `names`; one check per host."""
+    argv = [sys.executable, "-c", "from hostkit.commands.verify import verify; verify()", inventory,
+            *limit_args(names), "--format", "json"]
+    if ready_timeout is not None:
+        argv += ["--ready-timeout", str(int(ready_timeout))]
+    started = time.monotonic()
+    proc = subprocess.run(argv, capture_output=True, text=True, cwd=cwd)
+    seconds = round(time.monotonic() - started, 3)
+    try:
+        payload = json.loads(proc.stdout)
+        by_name = {host["name"]: host for host in payload["hosts"]}
+    except (ValueError, KeyError, TypeError):
+        detail = f"hostkit verify exited {proc.returncode} without a JSON report: {proc.stderr.strip()[-300:]}"
+        return {name: GateCheck("verify", False, detail, seconds) for name in names}
+    return {name: verify_check(by_name.get(name), seconds) for name in names}
+
+
+def verify_check(host: Mapping[str, Any] | None, seconds: float) -> GateCheck:
+    """One host of `hostkit verify --format json` as one gate check."""
+    if host is None:
+        return GateCheck("verify", False, "hostkit verify did not report this host", seconds)
+    if not host.get("reachable", False):
+        return GateCheck("verify", False, f"unreachable: {host.get('error') or 'no connection'}", seconds)
+    checks = host.get("checks", [])
+    failed = [check for check in checks if not check.get("ok")]
+    if host.get("ok") and not failed:
+        return GateCheck("verify", True, f"{len(checks)} checks passed", seconds)
+    shown = "; ".join(
+        f"[{check.get('area')}] {check.get('name')}: expected {check.get('expected')}, found {check.get('actual')}"
+        for check in failed[:3]
+    )
+    more = f" (and {len(failed) - 3} more)" if len(failed) > 3 else ""
+    return GateCheck("verify", False, f"{len(failed)} of {len(checks)} checks failed: {shown or host.get('error')}{more}", seconds)

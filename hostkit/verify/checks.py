@@ -1,0 +1,361 @@
+"""Pure checks: a host's snapshot and probes against its plan. No I/O.
+
+Every check yields a CheckResult, passing or not, with what the plan expects, what the
+host shows and how to fix a difference. The expectations come from the plan that
+`hostkit.planner.plan_host` makes from the host's profile and snapshot, exactly as the
+deploy makes it, and from the renderers the deploy uses (sysctl file, THP unit, vLLM unit).
+"""
+
+from __future__ import annotations
+
+import posixpath
+import shlex
+from dataclasses import dataclass
+from typing import Any
+
+from hostkit.facts.kernel import THP_DIR, THP_UNIT_PATH, KernelState, sysctl_key
+from hostkit.facts.storage import StorageInfo
+from hostkit.gpu_policy import GpuPolicy, evaluate
+from hostkit.operations.kernel import (
+    render_sysctl_file,
+    render_thp_unit,
+    sysctl_conflicts,
+    wanted_sysctl,
+    wanted_thp,
+)
+from hostkit.operations.swap import swap_fstab_line, swap_state
+from hostkit.operations.vllm_service import ENV_FILE_STAT, memory_limit_problem, text_sha256
+from hostkit.plans import SYSCTL_FILE, THP_UNIT, VLLM_ENV_FILE, VLLM_UNIT, HostPlan, KernelPlan, SwapPlan, VllmPlan
+from hostkit.sizes import MIB, format_size
+from hostkit.verify.probes import KernelLogOoms, Probes, VllmProcess
+from hostkit.vllm_unit import UNIT_PATH, memory_directives, render_env, render_unit
+
+# /proc/swaps leaves out the page mkswap writes its header to (4 KiB, 64 KiB on some arm64).
+SWAP_SIZE_TOLERANCE = 1 * MIB
+AREAS = ("swap", "kernel", "gpu", "vllm", "oom")
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    area: str  # one of AREAS
+    name: str
+    ok: bool
+    expected: str
+    actual: str
+    fix: str = ""
+
+    def message(self) -> str:
+        text = f"{self.name}: expected {self.expected}; actual {self.actual}"
+        return text + (f"; fix: {self.fix}" if self.fix and not self.ok else "")
+
+
+def _check(area: str, name: str, ok: bool, expected: str, actual: str, fix: str) -> CheckResult:
+    return CheckResult(area, name, bool(ok), expected, actual, fix)
+
+
+def redeploy(host: str) -> str:
+    return f"re-run the deploy: pyinfra INVENTORY deploys/vllm_host.py --limit {host}"
+
+
+# -- swap ----------------------------------------------------------------------------------
+
+
+def swap_checks(plan: SwapPlan, storage: StorageInfo, host: str, swap_dir: str = "auto") -> list[CheckResult]:
+    """hostkit.operations.swap.swap_problems judges the same state as sentences; these are
+    its rules (through swap_state) as named checks, plus the active size and the NVMe.
+
+    `swap_dir` is the profile's: a directory named there need not be on NVMe."""
+    state = swap_state(plan, storage)
+    strays = _check("swap", "no stray hostkit swap", not state.strays,
+                    "no hostkit swap file other than the planned one", ", ".join(state.strays) or "none",
+                    redeploy(host) + " (it removes them)")
+    if not plan.enabled:
+        return [strays]
+    if plan.path is None:
+        return [_check("swap", "swap file planned", False, "a swap file on NVMe",
+                       f"the planner found no place for it ({plan.reason})",
+                       "mount an NVMe filesystem or set swap_dir (or nvme_device), then re-run the deploy")]
+
+    path = plan.path
+    results = []
+    area = storage.swap_area(path)
+    active = ", ".join(f"{s.path} ({format_size(s.size_bytes)}, priority {s.priority})" for s in storage.swaps)
+    results.append(_check("swap", "swap active", area is not None and state.active_priority == plan.priority,
+                          f"{path} in /proc/swaps at priority {plan.priority}", active or "no swap at all",
+                          f"swapon -p {plan.priority} {path}, or {redeploy(host)}"))
+    if area is not None:
+        short = plan.size_bytes - area.size_bytes
+        results.append(_check(
+            "swap", "swap size", 0 <= short <= SWAP_SIZE_TOLERANCE,
+            f"{format_size(plan.size_bytes)} active ({plan.size_bytes} bytes less mkswap's header page)",
+            f"{format_size(area.size_bytes)} ({area.size_bytes} bytes)", redeploy(host) + " (it resizes the file)"))
+
+    directory = posixpath.dirname(path)
+    filesystem = storage.filesystem_for(directory)
+    on_nvme = filesystem is not None and filesystem.on_nvme
+    where = (f"{filesystem.mountpoint} ({filesystem.source}, {filesystem.fstype})" if filesystem
+             else "no mounted filesystem found")
+    chosen = swap_dir != "auto"
+    results.append(_check("swap", "swap on NVMe", on_nvme or chosen,
+                          f"{directory} on an NVMe-backed filesystem" + (" (or swap_dir as set)" if chosen else ""),
+                          where + ("" if on_nvme else ", not NVMe"),
+                          "set swap_dir or nvme_device to an NVMe location, then re-run the deploy"))
+
+    file = state.file
+    if file is None:
+        actual = "file missing"
+    else:
+        actual = f"{file.kind}, {file.size_bytes} bytes, mode {file.mode:o}, owner {file.uid}:{file.gid}"
+    results.append(_check("swap", "swap file", file is not None and file.is_regular and file.mode == 0o600
+                          and (file.uid, file.gid) == (0, 0) and file.size_bytes == plan.size_bytes,
+                          f"regular file of {plan.size_bytes} bytes, mode 600, owner root:root", actual,
+                          f"chown root:root {path} && chmod 600 {path}; a wrong size: {redeploy(host)}"))
+
+    entries = storage.fstab_swap_entries(path)
+    listed = "; ".join(f"line {e.line_no}: {','.join(e.options) or 'defaults'}" for e in entries)
+    results.append(_check("swap", "swap in fstab", state.fstab_ok,
+                          f"one /etc/fstab line `{swap_fstab_line(plan)}`", listed or "no swap entry for it",
+                          redeploy(host)))
+    results.append(strays)
+    return results
+
+
+# -- kernel --------------------------------------------------------------------------------
+
+
+def kernel_checks(plan: KernelPlan, kernel: KernelState, kernel_cmdline: str, host: str) -> list[CheckResult]:
+    """The effective values (what /proc/sys and sysfs say now), then how they persist.
+
+    hostkit.operations.kernel.kernel_mismatches judges the same things as one list of
+    sentences; these are the same rules split into named checks.
+    """
+    results = []
+    for path, value in wanted_sysctl(plan).items():
+        key = sysctl_key(path)
+        live = kernel.live.get(path, "")
+        if path not in kernel.live:
+            actual = f"unknown: {SYSCTL_FILE} does not set it, so its value was not read"
+        elif live is None:
+            actual = f"/proc/sys/{path} does not exist"
+        else:
+            actual = live
+        results.append(_check("kernel", f"sysctl {key}", live == value, value, actual,
+                              f"sysctl -w {shlex.quote(f'{key}={value}')}, and {redeploy(host)} to persist it"))
+
+    expected_file = render_sysctl_file(plan)
+    file_state = ("as rendered" if kernel.hostkit_sysctl_text == expected_file
+                  else "missing" if kernel.hostkit_sysctl_text is None else "edited or out of date")
+    results.append(_check("kernel", "sysctl file", file_state == "as rendered",
+                          f"{SYSCTL_FILE} as hostkit renders it from the plan", file_state, redeploy(host)))
+    conflicts = sysctl_conflicts(kernel, plan)
+    results.append(_check("kernel", "sysctl conflicts", not conflicts or plan.sysctl_conflicts == "warn",
+                          f"no later sysctl.d file overriding hostkit's values at boot "
+                          f"(sysctl_conflicts: {plan.sysctl_conflicts})",
+                          "; ".join(str(c) for c in conflicts) or "none",
+                          "remove those settings, or set sysctl_conflicts: warn"))
+
+    wanted = wanted_thp(plan)
+    if not wanted:
+        return results
+    if not kernel.thp_supported:
+        results.append(_check("kernel", "THP", False, f"{THP_DIR} with " + ", ".join(
+            f"{name} {value}" for name, value in wanted.items()), "this kernel has no transparent hugepage support",
+            "leave thp_enabled/thp_defrag unset for this host, or boot a kernel with THP"))
+        return results
+    for name, value in wanted.items():
+        setting = kernel.thp_enabled if name == "enabled" else kernel.thp_defrag
+        actual = setting.selected if setting else "unreadable"
+        results.append(_check("kernel", f"THP {name}", actual == value, value, actual,
+                              f"echo {value} > {THP_DIR}/{name}, and {redeploy(host)} to persist it"))
+    unit_state = ("as rendered" if kernel.thp_unit_text == render_thp_unit(plan)
+                  else "missing" if kernel.thp_unit_text is None else "edited or out of date")
+    results.append(_check("kernel", "THP unit", unit_state == "as rendered" and kernel.thp_unit_enabled,
+                          f"{THP_UNIT_PATH} as rendered from the plan, enabled",
+                          f"{unit_state}, {'enabled' if kernel.thp_unit_enabled else 'not enabled'}",
+                          f"systemctl enable {THP_UNIT}, or {redeploy(host)}"))
+    return results
+
+
+# -- GPU -----------------------------------------------------------------------------------
+
+
+def gpu_checks(profile: Any, gpu_facts: Any) -> list[CheckResult]:
+    """hostkit.gpu_policy's verdict (the deploy's own GPU gate), one result per failed check."""
+    verdict = evaluate(GpuPolicy.from_profile(profile), gpu_facts)
+    if verdict.ok:
+        summary = verdict.summary + "".join(f"; warning: {w}" for w in verdict.warnings)
+        return [_check("gpu", "GPU health", True, "the gpu_* policy of the profile", summary, "")]
+    return [_check("gpu", f"GPU {f.check}", False, f.expected, f.actual, f.fix) for f in verdict.failures]
+
+
+# -- vLLM ----------------------------------------------------------------------------------
+
+
+def server_argv(argv: tuple[str, ...], planned: list[str]) -> list[str]:
+    """The command line the unit started: /proc shows a script's interpreter (and its one
+    optional shebang argument) before it, e.g. `/opt/vllm/bin/python3 /opt/vllm/bin/vllm serve`."""
+    for start in range(min(3, len(argv))):
+        if planned and argv[start] == planned[0]:
+            return list(argv[start:])
+    return list(argv)
+
+
+def _argv_difference(expected: list[str], actual: tuple[str, ...], secret: str | None) -> str:
+    def shown(words) -> str:
+        return " ".join("********" if secret and secret in word else word for word in words)
+
+    missing = [w for w in expected if w not in actual]
+    extra = [w for w in actual if w not in expected]
+    detail = []
+    if missing:
+        detail.append(f"missing {shown(missing)}")
+    if extra:
+        detail.append(f"unexpected {shown(extra)}")
+    if not detail:
+        detail.append("same words in another order")
+    return f"{shown(actual)} ({'; '.join(detail)})"
+
+
+def vllm_checks(plan: VllmPlan, service: Any, probes: Probes, host: str) -> list[CheckResult]:
+    """`service` is the snapshot's vllm section (hostkit.facts.vllm_service.VllmServiceState)."""
+    if not plan.enabled:
+        return []
+    unit = probes.unit
+    logs = f"journalctl -u {VLLM_UNIT} -b"
+    results = []
+
+    if unit.get("LoadState") != "loaded":
+        return [_check("vllm", "unit installed", False, f"{VLLM_UNIT} loaded by systemd",
+                       f"LoadState {unit.get('LoadState') or 'unknown'}", redeploy(host))]
+    enabled = unit.get("UnitFileState") or "unknown"
+    results.append(_check("vllm", "unit enabled", enabled == "enabled", "enabled", enabled,
+                          f"systemctl enable {VLLM_UNIT}"))
+    state = f"{unit.get('ActiveState', 'unknown')}/{unit.get('SubState', 'unknown')}"
+    if unit.get("NRestarts", "0") not in ("", "0"):
+        state += f", {unit['NRestarts']} restarts"
+    results.append(_check("vllm", "unit active", unit.get("ActiveState") == "active", "active/running", state,
+                          f"systemctl start {VLLM_UNIT}; read {logs}"))
+
+    if service.unit_sha256 is None:
+        file_state = "missing"
+    elif service.unit_sha256 != text_sha256(render_unit(plan)):
+        file_state = "edited or out of date"
+    else:
+        file_state = "as rendered"
+    loaded = unit.get("NeedDaemonReload") != "yes"
+    drop_ins = unit.get("DropInPaths", "").split()
+    actual = file_state + ("" if loaded else ", changed on disk since systemd loaded it")
+    actual += f"; drop-ins: {' '.join(drop_ins)}" if drop_ins else ""
+    results.append(_check("vllm", "unit file", file_state == "as rendered" and loaded,
+                          f"{UNIT_PATH} as hostkit renders it from the plan, and loaded", actual, redeploy(host)))
+
+    env_ok = service.env_sha256 == text_sha256(render_env(plan))
+    stat = service.env_stat
+    content = "as rendered" if env_ok else "different content" if service.env_sha256 else "missing"
+    mode = f"mode {stat.mode} {stat.owner}:{stat.group}" if stat else "no mode"
+    results.append(_check("vllm", "environment file", env_ok and stat == ENV_FILE_STAT,
+                          f"{VLLM_ENV_FILE} as rendered (holds the API key), mode {ENV_FILE_STAT.mode} root:root",
+                          f"{content}, {mode}", redeploy(host)))
+
+    for directive, value in memory_directives(plan):
+        actual = unit.get(directive) or "not reported"
+        results.append(_check("vllm", directive, actual == str(value), f"{value} ({format_size(value)})",
+                              actual + (f" ({format_size(int(actual))})" if actual.isdigit() else ""),
+                              f"{redeploy(host)}; then systemctl restart {VLLM_UNIT}"))
+
+    results.extend(_process_checks(plan, service, probes.process, state, host, logs))
+    results.extend(_readiness_checks(plan, probes, logs))
+    return results
+
+
+def _process_checks(plan: VllmPlan, service: Any, process: VllmProcess | None, state: str, host: str,
+                    logs: str) -> list[CheckResult]:
+    """The running server: its cgroup's limit, its flags, its user, where its API key comes from."""
+    if process is None:
+        return [_check("vllm", "server process", False, f"{VLLM_UNIT} has a main process",
+                       f"none ({state})", f"systemctl start {VLLM_UNIT}; read {logs}")]
+    results = []
+    if plan.memory_max_bytes is not None:
+        problem = memory_limit_problem(plan, service)
+        results.append(_check("vllm", "memory limit in force", problem is None,
+                              f"the unit's cgroup limited to {plan.memory_max_bytes} bytes",
+                              problem or f"{service.memory_limit_bytes}",
+                              f"systemctl daemon-reload && systemctl restart {VLLM_UNIT}"))
+    secret = plan.api_key.get_secret_value() if plan.api_key is not None else None
+    results.append(_check("vllm", "flags in effect", server_argv(process.argv, plan.argv) == plan.argv,
+                          "the running server's argv equal to the plan: " + " ".join(plan.argv),
+                          _argv_difference(plan.argv, process.argv, secret),
+                          f"{redeploy(host)}; then systemctl restart {VLLM_UNIT}"))
+    uid = process.uid if process.uid is not None else "?"
+    results.append(_check("vllm", "non-root user", process.uid not in (0, None) and process.user == plan.user,
+                          f"{plan.user} (not root)", f"{process.user or '?'} (uid {uid})", redeploy(host)))
+    if secret is None:
+        results.append(_check("vllm", "API key", process.api_key_sha256 is None, "no API key (vllm_api_key unset)",
+                              "VLLM_API_KEY set in the server's environment" if process.api_key_sha256 else "none",
+                              redeploy(host)))
+        return results
+    in_argv = any(secret in word for word in process.argv)
+    results.append(_check("vllm", "API key not in argv", not in_argv,
+                          "the key absent from the server's command line (ps)",
+                          "present in argv" if in_argv else "absent",
+                          f"pass it only through {VLLM_ENV_FILE}: {redeploy(host)}"))
+    in_env = process.api_key_sha256 == text_sha256(secret)
+    results.append(_check("vllm", "API key in effect", in_env,
+                          "VLLM_API_KEY in the server's environment equal to vllm_api_key",
+                          "equal" if in_env else "different" if process.api_key_sha256 else "unset",
+                          f"{redeploy(host)}; then systemctl restart {VLLM_UNIT}"))
+    return results
+
+
+def _readiness_checks(plan: VllmPlan, probes: Probes, logs: str) -> list[CheckResult]:
+    readiness = probes.readiness
+    expected = f"GET /health answers 200 within {plan.ready_timeout_s}s"
+    if readiness is None or readiness.probe is None:
+        actual = "not probed" if readiness is None else "no probe answer (is python3 on the host?)"
+        return [_check("vllm", "ready (/health)", False, expected, actual, "install python3 on the host")]
+    probe = readiness.probe
+    waited = f"after {readiness.attempts} tries in {readiness.waited_s}s"
+    why = {"ready": "", "timeout": ", gave up at the ready timeout"}.get(
+        readiness.outcome, f", stopped waiting: {readiness.outcome}")
+    results = [_check("vllm", "ready (/health)", probe.health == 200, expected, f"{probe.describe()} {waited}{why}",
+                      f"read {logs}; the model may still be loading (raise vllm_ready_timeout) or the server failed")]
+    if probe.health == 200:
+        if probe.models is not None:
+            actual = ", ".join(probe.models) or "no models"
+        else:
+            actual = f"HTTP {probe.models_status}" if probe.models_status else probe.error or "no answer"
+            actual += " (the API key was refused)" if probe.models_status == 401 else ""
+        results.append(_check("vllm", "serves the model (/v1/models)", probe.serves(plan.served_model_name),
+                              f"GET /v1/models lists {plan.served_model_name}", actual, f"read {logs}"))
+    return results
+
+
+# -- kernel log ----------------------------------------------------------------------------
+
+
+def oom_checks(ooms: KernelLogOoms) -> list[CheckResult]:
+    if ooms.source is None:
+        return [_check("oom", "no OOM kills since boot", False, "no 'Killed process' in the kernel log since boot",
+                       "unknown: neither journalctl -k nor dmesg was readable", "run the verification as root")]
+    shown = " | ".join(ooms.kills[:3]) + (f" (and {ooms.total - 3} more)" if ooms.total > 3 else "")
+    return [_check("oom", "no OOM kills since boot", ooms.total == 0,
+                   f"no 'Killed process' in the kernel log since boot ({ooms.source})",
+                   f"{ooms.total} OOM kills: {shown}" if ooms.total else "none",
+                   "find the cause (journalctl -k -b | grep -B20 'Killed process'): lower "
+                   "vllm_gpu_memory_utilization or vllm_max_num_seqs, or give the host more RAM or swap; "
+                   "the check passes again after the next boot")]
+
+
+# -- one host ------------------------------------------------------------------------------
+
+
+def check_host(profile: Any, plan: HostPlan, snapshot: Any, probes: Probes) -> list[CheckResult]:
+    """Every check of one host, in the order of AREAS."""
+    host = plan.host
+    return [
+        *swap_checks(plan.swap, snapshot.storage, host, profile.swap_dir),
+        *kernel_checks(plan.kernel, snapshot.kernel, snapshot.system.kernel_cmdline, host),
+        *gpu_checks(profile, snapshot.gpu),
+        *vllm_checks(plan.vllm, snapshot.vllm, probes, host),
+        *oom_checks(probes.ooms),
+    ]

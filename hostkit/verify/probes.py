@@ -1,0 +1,235 @@
+"""The one extra remote command of a verification: what the snapshot does not hold.
+
+- readiness: hostkit.readiness's probe (/health, then /v1/models with the API key read on
+  the host) repeated on the host until /health answers 200, while vllm.service is starting
+  (activating, or active with the model still loading), for at most the plan's ready
+  timeout. The waiting happens on the host: one remote command however long it takes.
+- unit: `systemctl show vllm.service` for the properties the checks read.
+- process: the main PID's argv (from /proc, NUL-separated, so exact), its effective uid
+  and user, and a sha256 of the VLLM_API_KEY in its environment (the key never leaves
+  the host).
+- oom: the `Killed process` lines of the kernel log since boot (`journalctl -k -b`, else
+  `dmesg`); an unreadable log is "unknown", never "clean".
+
+Taken after the snapshot, and after waiting for readiness, so the unit's state and the
+process are those of a server that has finished starting.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass, field
+
+from hostkit.plans import VLLM_UNIT, VllmPlan
+from hostkit.readiness import Probe
+from hostkit.readiness import probe_command as readiness_probe_command
+
+MARKER = "@@hostkit-probe:"
+OOM_LINE_LIMIT = 20
+POLL_INTERVAL_S = 2
+UNIT_PROPERTIES = (
+    "LoadState",
+    "ActiveState",
+    "SubState",
+    "UnitFileState",
+    "MainPID",
+    "User",
+    "MemoryMax",
+    "MemoryHigh",
+    "MemorySwapMax",
+    "MemoryLimit",
+    "NeedDaemonReload",
+    "FragmentPath",
+    "DropInPaths",
+    "NRestarts",
+)
+
+
+@dataclass(frozen=True)
+class Readiness:
+    probe: Probe | None  # the last probe; None: no answer at all (no python3 on the host)
+    outcome: str  # "ready", "timeout", "unit <state>" (stopped waiting: the unit is not starting)
+    attempts: int
+    waited_s: int
+
+
+@dataclass(frozen=True)
+class VllmProcess:
+    pid: int
+    argv: tuple[str, ...]
+    uid: int | None
+    user: str
+    api_key_sha256: str | None  # of VLLM_API_KEY in the process environment; None when unset
+
+
+@dataclass(frozen=True)
+class KernelLogOoms:
+    source: str | None  # "journalctl" | "dmesg" | None when unreadable
+    kills: tuple[str, ...] = ()  # the first OOM_LINE_LIMIT lines
+    total: int = 0
+
+
+@dataclass(frozen=True)
+class Probes:
+    ooms: KernelLogOoms
+    unit: dict[str, str] = field(default_factory=dict)  # systemctl show; empty when vLLM is not planned
+    readiness: Readiness | None = None
+    process: VllmProcess | None = None
+
+
+def _mark(name: str) -> str:
+    return f"echo '{MARKER}{name}@@'"
+
+
+# journalctl is read once: no line at all means it cannot read the kernel log here.
+_OOM = f"""{_mark("oom")}
+hk_ooms() {{
+  awk '/Killed process/ {{ n++; if (n <= {OOM_LINE_LIMIT}) print "kill " $0 }}
+       END {{ print "total=" n+0; print "lines=" NR }}'
+}}
+hk_log=""
+command -v journalctl >/dev/null 2>&1 && hk_log=$(journalctl -k -b -q --no-pager 2>/dev/null | hk_ooms)
+case $hk_log in *lines=0|"") hk_log=$(dmesg 2>/dev/null | hk_ooms); hk_source=dmesg ;; *) hk_source=journalctl ;; esac
+case $hk_log in *lines=0|"") hk_source=none ;; esac
+echo "source=$hk_source"; printf '%s\\n' "$hk_log"
+"""
+
+_SHELL_HELPERS = """hk_unit=%(unit)s
+hk_prop() { systemctl show "$hk_unit" -p "$1" 2>/dev/null | sed -n "s/^$1=//p"; }"""
+
+# hostkit.readiness's probe prints one JSON line; json.dumps spells a ready /health this way.
+_READY = '"health": 200'
+
+_READINESS = """%(mark_readiness)s
+hk_start=$(date +%%s); hk_attempts=0
+while :; do
+  hk_attempts=$((hk_attempts + 1))
+  hk_probe=$( %(probe)s 2>/dev/null )
+  case $hk_probe in *%(ready)s*) hk_end=ready; break ;; esac
+  hk_state=$(hk_prop ActiveState)
+  case $hk_state in activating|active|reloading) ;; *) hk_end="unit ${hk_state:-unknown}"; break ;; esac
+  [ $(( $(date +%%s) - hk_start )) -ge %(wait)d ] && { hk_end=timeout; break; }
+  sleep %(interval)d
+done
+echo "outcome $hk_end"; echo "attempts $hk_attempts"; echo "waited $(( $(date +%%s) - hk_start ))"
+echo "probe $hk_probe"
+%(mark_unit)s
+hk_show=$(systemctl show "$hk_unit" %(properties)s 2>/dev/null); printf '%%s\\n' "$hk_show"
+%(mark_process)s
+hk_pid=$(printf '%%s\\n' "$hk_show" | sed -n 's/^MainPID=//p')
+if [ "${hk_pid:-0}" != 0 ] && [ -r "/proc/$hk_pid/cmdline" ]; then
+  echo "pid $hk_pid"
+  awk '/^Uid:/ { print "uid " $3 }' "/proc/$hk_pid/status"
+  echo "user $(stat -c %%U "/proc/$hk_pid")"
+  hk_key=$(tr '\\0' '\\n' 2>/dev/null < "/proc/$hk_pid/environ" | sed -n 's/^VLLM_API_KEY=//p' | head -n 1)
+  if [ -n "$hk_key" ]; then echo "api_key_sha256 $(printf %%s "$hk_key" | sha256sum | cut -d' ' -f1)"; fi
+  tr '\\0' '\\n' < "/proc/$hk_pid/cmdline" | sed 's/^/arg /'
+fi"""
+
+
+def probe_command(plan: VllmPlan, ready_timeout_s: int | None = None) -> str:
+    """The probe script for a host with this vLLM plan; `ready_timeout_s` overrides the plan's wait."""
+    parts = [_OOM]
+    if plan.enabled:
+        parts.append(_SHELL_HELPERS % {"unit": shlex.quote(VLLM_UNIT)})
+        parts.append(_READINESS % {
+            "mark_readiness": _mark("readiness"),
+            "mark_unit": _mark("unit"),
+            "mark_process": _mark("process"),
+            "probe": readiness_probe_command(plan.host, plan.port),
+            "ready": shlex.quote(_READY),
+            "wait": plan.ready_timeout_s if ready_timeout_s is None else ready_timeout_s,
+            "interval": POLL_INTERVAL_S,
+            "properties": " ".join(f"-p {name}" for name in UNIT_PROPERTIES),
+        })
+    parts.append("true")
+    return "\n".join(parts)
+
+
+def split_parts(output: list[str]) -> dict[str, list[str]]:
+    parts: dict[str, list[str]] = {}
+    current: list[str] | None = None
+    for line in output:
+        if line.startswith(MARKER) and line.endswith("@@"):
+            current = parts.setdefault(line[len(MARKER):-2], [])
+        elif current is not None:
+            current.append(line)
+    return parts
+
+
+def _int(text: str, default: int = 0) -> int:
+    text = text.strip()
+    return int(text) if text.lstrip("-").isdigit() else default
+
+
+def _parse_ooms(lines: list[str]) -> KernelLogOoms:
+    source: str | None = None
+    kills: list[str] = []
+    total = 0
+    for line in lines:
+        if line.startswith("source="):
+            value = line[len("source="):].strip()
+            source = None if value == "none" else value
+        elif line.startswith("kill "):
+            kills.append(line[len("kill "):])
+        elif line.startswith("total="):
+            total = _int(line[len("total="):])
+    return KernelLogOoms(source, tuple(kills), total)
+
+
+def _parse_readiness(lines: list[str]) -> Readiness:
+    values: dict[str, str] = {}
+    for line in lines:
+        key, _, value = line.partition(" ")
+        values[key] = value.strip()
+    return Readiness(
+        probe=Probe.parse(values["probe"]) if values.get("probe") else None,
+        outcome=values.get("outcome", "unknown"),
+        attempts=_int(values.get("attempts", "0")),
+        waited_s=_int(values.get("waited", "0")),
+    )
+
+
+def _parse_unit(lines: list[str]) -> dict[str, str]:
+    unit = {}
+    for line in lines:
+        key, sep, value = line.partition("=")
+        if sep:
+            unit[key] = value
+    return unit
+
+
+def _parse_process(lines: list[str]) -> VllmProcess | None:
+    values: dict[str, str] = {}
+    argv: list[str] = []
+    for line in lines:
+        if line.startswith("arg "):
+            argv.append(line[len("arg "):])
+        elif line == "arg":
+            argv.append("")
+        else:
+            key, _, value = line.partition(" ")
+            values[key] = value.strip()
+    if "pid" not in values:
+        return None
+    uid = values.get("uid", "")
+    return VllmProcess(
+        pid=_int(values["pid"]),
+        argv=tuple(argv),
+        uid=int(uid) if uid.isdigit() else None,
+        user=values.get("user", ""),
+        api_key_sha256=values.get("api_key_sha256") or None,
+    )
+
+
+def parse_probes(output: list[str]) -> Probes:
+    parts = split_parts(output)
+    readiness = None
+    if "readiness" in parts:
+        readiness = _parse_readiness(parts["readiness"])
+    return Probes(
+        ooms=_parse_ooms(parts.get("oom", [])),
+        unit=_parse_unit(parts.get("unit", [])),
+        readiness=readiness,
+        process=_parse_process(parts.get("process", [])),
+    )

@@ -1,0 +1,147 @@
+"""Verify hosts: gather over one testinfra connection per host, then check locally.
+
+Per host: the snapshot command (hostkit.facts.snapshot, exactly what the deploy reads),
+the plan made from it as the deploy makes it, then one probe command (hostkit.verify.probes).
+Two remote commands in all. Hosts run concurrently on a gevent pool: `hostkit verify`
+monkey-patches the standard library first, as pyinfra's CLI does, so paramiko's sockets
+and the ssh backend's subprocesses yield to each other.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hostkit.facts.snapshot import HostSnapshot, HostSnapshotFact
+from hostkit.gather import planning_facts
+from hostkit.planner import PlanError, plan_host
+from hostkit.verify.checks import CheckResult, check_host
+from hostkit.verify.probes import Probes, parse_probes, probe_command
+from hostkit.verify.targets import Target, attach_paramiko, write_ssh_config
+
+
+class GatherError(Exception):
+    """The host could not be reached or a gathering command failed: nothing was checked."""
+
+
+@dataclass
+class HostReport:
+    name: str
+    checks: list[CheckResult] = field(default_factory=list)
+    remote_commands: int = 0
+    seconds: float = 0.0  # the whole host: connecting, the remote commands, the checks
+    command_seconds: dict[str, float] = field(default_factory=dict)  # per remote command
+    error: str | None = None  # set when the host could not be verified at all
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def reachable(self) -> bool:
+        return self.error is None
+
+    @property
+    def ok(self) -> bool:
+        return self.reachable and all(check.ok for check in self.checks)
+
+    @property
+    def failures(self) -> list[CheckResult]:
+        return [check for check in self.checks if not check.ok]
+
+
+class RemoteShell:
+    """Runs scripts through a testinfra host, counts and times them."""
+
+    def __init__(self, host: Any):
+        self.host = host
+        self.commands = 0
+        self.seconds: dict[str, float] = {}
+
+    def run(self, script: str, what: str) -> list[str]:
+        self.commands += 1
+        started = time.monotonic()
+        try:
+            result = self.host.run("sh -c %s", script)
+        except Exception as error:  # paramiko, socket and ssh-backend errors alike: the host is not reachable
+            raise GatherError(f"cannot run the {what} command: {type(error).__name__}: {error}".strip()) from None
+        finally:
+            self.seconds[what] = time.monotonic() - started
+        if result.rc != 0:
+            raise GatherError(f"the {what} command exited {result.rc}: {result.stderr.strip()[-500:]}")
+        return result.stdout.splitlines()
+
+
+@dataclass(frozen=True)
+class Observation:
+    snapshot: HostSnapshot
+    probes: Probes | None  # None when no plan could be made, so nothing was probed
+    plan: Any  # HostPlan | None
+    plan_error: str | None
+
+
+def observe(shell: RemoteShell, name: str, profile: Any, ready_timeout_s: int | None = None) -> Observation:
+    fact = HostSnapshotFact()
+    snapshot = fact.process(shell.run(fact.command(profile=profile), "snapshot"))
+    try:
+        plan = plan_host(profile, planning_facts(snapshot), host_name=name)
+    except PlanError as error:
+        return Observation(snapshot, None, None, str(error))
+    probes = parse_probes(shell.run(probe_command(plan.vllm, ready_timeout_s), "probe"))
+    return Observation(snapshot, probes, plan, None)
+
+
+def verify_host(name: str, host: Any, profile: Any, ready_timeout_s: int | None = None) -> HostReport:
+    """One host through an open testinfra host. Never raises for the host's own problems."""
+    started = time.monotonic()
+    shell = RemoteShell(host)
+    report = HostReport(name)
+    try:
+        observation = observe(shell, name, profile, ready_timeout_s)
+    except GatherError as error:
+        report.error = str(error)
+    else:
+        if observation.plan is None:
+            report.checks.append(CheckResult("plan", "plan", False, "a plan for this host's profile",
+                                             observation.plan_error or "", "fix the inventory data"))
+        else:
+            report.warnings = list(observation.plan.warnings)
+            report.checks = check_host(profile, observation.plan, observation.snapshot, observation.probes)
+    report.remote_commands = shell.commands
+    report.command_seconds = dict(shell.seconds)
+    report.seconds = time.monotonic() - started
+    return report
+
+
+def _close(host: Any) -> None:
+    """Close paramiko's cached connection; a later use of the same testinfra host reconnects."""
+    client = vars(host.backend).pop("client", None)
+    if client is not None:
+        client.close()
+
+
+def verify_targets(targets: Sequence[Target], connection: str = "paramiko", parallel: int = 10,
+                   ready_timeout_s: int | None = None) -> list[HostReport]:
+    """Every target, `parallel` at a time; reports in target order."""
+    import gevent.pool
+    import testinfra
+
+    with tempfile.TemporaryDirectory(prefix="hostkit-verify-") as directory:
+        ssh_config = write_ssh_config(targets, Path(directory) / "ssh_config")
+
+        def one(target: Target) -> HostReport:
+            started = time.monotonic()
+            try:
+                host = testinfra.get_host(target.hostspec(connection, ssh_config))
+                attach_paramiko(host, target)
+            except Exception as error:  # paramiko and socket errors alike: unreachable
+                return HostReport(target.name, error=f"cannot connect: {type(error).__name__}: {error}",
+                                  seconds=time.monotonic() - started)
+            try:
+                return verify_host(target.name, host, target.profile, ready_timeout_s)
+            finally:
+                _close(host)
+
+        pool = gevent.pool.Pool(max(1, parallel))
+        return list(pool.imap(one, targets))

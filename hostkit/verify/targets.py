@@ -1,0 +1,170 @@
+"""pyinfra inventory hosts as testinfra hosts, with the same ssh settings.
+
+Each inventory host becomes a `Host` block of an ssh_config file (HostName, Port, User,
+IdentityFile and host key checking from its pyinfra `ssh_*` data) and a testinfra hostspec
+`<backend>://<name>?ssh_config=FILE`, so the testinfra id carries the pyinfra host name.
+testinfra's paramiko and ssh backends both read that file. pyinfra's `_sudo`/`_sudo_user`
+map to testinfra's sudo. Not mapped: ssh_password and ssh_key_password (use a key or an
+agent) and ssh_config_file.
+
+testinfra's paramiko backend never reads known_hosts (it accepts any host key with a
+warning), so `attach_paramiko` gives it a connection opened with pyinfra's host key rules
+instead: ssh_strict_host_key_checking "yes" rejects unknown keys, "accept-new" (pyinfra's
+default) accepts them without recording them, "no"/"off" accepts any key; a key that
+differs from the one in ssh_known_hosts_file (default ~/.ssh/known_hosts) is refused
+unless checking is off.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import subprocess
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, urlencode
+
+import paramiko
+
+from hostkit.profile import HostProfile, ProfileError, validate_inventory
+
+CONNECTIONS = ("paramiko", "ssh")
+CONNECT_TIMEOUT_S = 30
+
+
+class InventoryError(Exception):
+    """The inventory cannot be verified: missing, broken, invalid data, or no host selected."""
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+    data: dict[str, Any]
+    profile: HostProfile
+
+    @property
+    def alias(self) -> str:
+        """The name in the ssh_config file and the hostspec: the pyinfra name, URL-safe."""
+        return quote(self.name, safe="._-")
+
+    def ssh_config_block(self) -> str:
+        data = self.data
+        options = [("HostName", data.get("ssh_hostname") or self.name)]
+        if data.get("ssh_port"):
+            options.append(("Port", str(data["ssh_port"])))
+        if data.get("ssh_user"):
+            options.append(("User", str(data["ssh_user"])))
+        if data.get("ssh_key"):
+            options.append(("IdentityFile", os.path.expanduser(str(data["ssh_key"]))))
+            options.append(("IdentitiesOnly", "yes"))
+        strict = data.get("ssh_strict_host_key_checking")
+        if strict is not None:
+            options.append(("StrictHostKeyChecking", "no" if strict in (False, "off") else str(strict)))
+        if data.get("ssh_known_hosts_file"):
+            options.append(("UserKnownHostsFile", os.path.expanduser(str(data["ssh_known_hosts_file"]))))
+        lines = [f"Host {self.alias}"]
+        lines += [f"    {key} {_config_value(value)}" for key, value in options]
+        return "\n".join(lines) + "\n"
+
+    def hostspec(self, connection: str, ssh_config: str | Path) -> str:
+        params = {"ssh_config": str(ssh_config), "timeout": str(CONNECT_TIMEOUT_S)}
+        if self.data.get("_sudo"):
+            params["sudo"] = "true"
+            if self.data.get("_sudo_user"):
+                params["sudo_user"] = str(self.data["_sudo_user"])
+        return f"{connection}://{self.alias}?{urlencode(params)}"
+
+
+def paramiko_client(target: Target, timeout: float = CONNECT_TIMEOUT_S) -> paramiko.SSHClient:
+    """A connected paramiko client with the target's pyinfra ssh data and host key rules."""
+    data = target.data
+    client = paramiko.SSHClient()
+    strict = data.get("ssh_strict_host_key_checking", "accept-new")
+    if strict not in (False, "no", "off"):
+        known_hosts = os.path.expanduser(str(data.get("ssh_known_hosts_file") or "~/.ssh/known_hosts"))
+        if os.path.isfile(known_hosts):
+            client.load_system_host_keys(known_hosts)  # read-only: verification records nothing
+    # The base policy accepts an unknown key silently; a changed known key raises either way.
+    client.set_missing_host_key_policy(paramiko.RejectPolicy() if strict == "yes" else paramiko.MissingHostKeyPolicy())
+    key = data.get("ssh_key")
+    client.connect(
+        hostname=str(data.get("ssh_hostname") or target.name),
+        port=int(data.get("ssh_port") or 22),
+        username=data.get("ssh_user") or None,
+        key_filename=os.path.expanduser(str(key)) if key else None,
+        look_for_keys=not key,
+        timeout=timeout,
+    )
+    return client
+
+
+def attach_paramiko(host: Any, target: Target) -> None:
+    """Give a testinfra paramiko host `paramiko_client(target)` unless it is connected already."""
+    from testinfra.backend.paramiko import ParamikoBackend
+
+    backend = host.backend
+    if isinstance(backend, ParamikoBackend) and "client" not in vars(backend):
+        vars(backend)["client"] = paramiko_client(target)  # the slot of its cached_property
+
+
+def _config_value(value: str) -> str:
+    return f'"{value}"' if any(c.isspace() for c in value) else value
+
+
+def write_ssh_config(targets: Sequence[Target], path: Path) -> Path:
+    path.write_text("".join(target.ssh_config_block() for target in targets))
+    path.chmod(0o600)
+    return path
+
+
+def targets_from_hosts(hosts: Sequence[tuple[str, dict[str, Any]]]) -> list[Target]:
+    """Validated targets; InventoryError lists every invalid key of every host."""
+    if not hosts:
+        raise InventoryError("no host selected: check the inventory and --limit")
+    try:
+        profiles = validate_inventory(hosts)
+    except ProfileError as error:
+        raise InventoryError(f"invalid inventory data:\n{error}") from None
+    return [Target(name, dict(data), profiles[name]) for name, data in hosts]
+
+
+def load_targets(inventory: str, limit: Sequence[str] | None = None) -> list[Target]:
+    """In this process. pyinfra_cli, which loads inventories, monkey-patches the standard
+    library for gevent when imported: callers that cannot have that use load_targets_isolated."""
+    from hostkit.profile import load_inventory
+
+    try:
+        hosts = load_inventory(inventory, limit=list(limit) if limit else None)
+    except FileNotFoundError as error:
+        raise InventoryError(str(error)) from None
+    except Exception as error:  # an inventory file is Python: anything can go wrong in it
+        raise InventoryError(f"cannot load inventory {inventory}: {type(error).__name__}: {error}") from None
+    return targets_from_hosts(hosts)
+
+
+_LOADER = """
+import pickle, sys
+from hostkit.profile import load_inventory
+limit = sys.argv[2:] or None
+try:
+    hosts = load_inventory(sys.argv[1], limit=limit)
+except FileNotFoundError as error:
+    sys.stderr.write(str(error)); sys.exit(3)
+except Exception as error:
+    sys.stderr.write(f"cannot load inventory {sys.argv[1]}: {type(error).__name__}: {error}"); sys.exit(3)
+sys.stdout.buffer.write(pickle.dumps(hosts))
+"""
+
+
+def load_targets_isolated(inventory: str, limit: Sequence[str] | None = None) -> list[Target]:
+    """load_targets in a child Python, so this process is not monkey-patched (pytest, xdist)."""
+    proc = subprocess.run(
+        [sys.executable, "-c", _LOADER, inventory, *(limit or ())], capture_output=True, cwd=os.getcwd()
+    )
+    if proc.returncode != 0:
+        message = proc.stderr.decode(errors="replace").strip()
+        raise InventoryError(message.splitlines()[-1] if proc.returncode != 3 and message else message)
+    return targets_from_hosts(pickle.loads(proc.stdout))

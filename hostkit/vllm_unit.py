@@ -1,0 +1,144 @@
+"""The vLLM systemd unit and its environment file, rendered from a VllmPlan. Pure: no host access.
+
+The unit holds everything that is not secret (argv, environment, limits, sandboxing), so
+`systemctl cat vllm` shows the whole service. The API key goes only to the environment
+file, root-only, which systemd reads before dropping privileges; it never reaches argv,
+so it stays out of `ps`.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import cache
+
+from jinja2 import Environment, FileSystemLoader, StrictUndefined
+
+from hostkit import templates_dir
+from hostkit.plans import VLLM_ENV_FILE, VLLM_UNIT, VllmPlan
+
+UNIT_PATH = f"/etc/systemd/system/{VLLM_UNIT}"
+ENV_DIR = VLLM_ENV_FILE.rsplit("/", 1)[0]
+# Rendered units are checked here, under their real name, before they replace the installed one.
+VERIFY_DIR = "/run/vllm-hostkit/verify"
+VERIFY_PATH = f"{VERIFY_DIR}/{VLLM_UNIT}"
+# systemd creates /var/lib/<StateDirectory> for the service user: its home directory.
+STATE_DIRECTORY = "vllm"
+HOME_DIR = f"/var/lib/{STATE_DIRECTORY}"
+
+HARDENING_LEVELS = ("standard", "strict")
+
+# Characters that need no quoting in a systemd unit value.
+_PLAIN = re.compile(r"[A-Za-z0-9_@%+=:,./-]+")
+# Paths under these are hidden by ProtectHome=yes; a model or venv there needs read-only.
+_HOME_PREFIXES = ("/home/", "/root/", "/run/user/")
+
+
+class UnitError(ValueError):
+    """The plan cannot be written as a unit (bad input, found while preparing)."""
+
+
+def _quoted(text: str) -> str:
+    if "\0" in text:
+        raise UnitError(f"NUL byte in unit value {text!r}")
+    escaped = text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\t", "\\t")
+    return f'"{escaped}"'
+
+
+def config_word(value: str) -> str:
+    """One word of a unit setting (a path, an Environment= assignment): % specifiers escaped."""
+    text = value.replace("%", "%%")
+    return text if _PLAIN.fullmatch(value) else _quoted(text)
+
+
+def exec_word(arg: str) -> str:
+    """One argv word of ExecStart=: also escapes $, which systemd expands in command lines."""
+    text = arg.replace("%", "%%").replace("$", "$$")
+    return text if _PLAIN.fullmatch(arg) else _quoted(text)
+
+
+def exec_line(argv: list[str]) -> str:
+    if not argv or not argv[0].startswith("/"):
+        raise UnitError(f"ExecStart needs an absolute command path first, got {argv[:1]!r}")
+    return " ".join(exec_word(arg) for arg in argv)
+
+
+def env_file_value(value: str) -> str:
+    """A double-quoted EnvironmentFile value; systemd unescapes \\ \" $ ` inside double quotes."""
+    if "\n" in value or "\0" in value:
+        raise UnitError("environment file values cannot hold newlines or NUL bytes")
+    return '"' + re.sub(r'([\\"$`])', r"\\\1", value) + '"'
+
+
+def service_environment(plan: VllmPlan) -> dict[str, str]:
+    """Caches on plan.cache_dir (the NVMe mount when there is one); plan.env wins."""
+    cache_dir = plan.cache_dir.rstrip("/") or "/"
+    environment = {
+        "HF_HOME": f"{cache_dir}/huggingface",
+        "VLLM_CACHE_ROOT": f"{cache_dir}/vllm",
+        "XDG_CACHE_HOME": cache_dir,
+    }
+    environment.update(plan.env)
+    return dict(sorted(environment.items()))
+
+
+def memory_directives(plan: VllmPlan) -> list[tuple[str, int]]:
+    """cgroup v2: MemoryMax/MemoryHigh/MemorySwapMax. v1 has no high or swap knob for systemd,
+    and MemoryLimit= (memory.limit_in_bytes) is the directive that v1 systemd honours."""
+    if plan.cgroup_version == 1:
+        return [] if plan.memory_max_bytes is None else [("MemoryLimit", plan.memory_max_bytes)]
+    directives = [
+        ("MemoryMax", plan.memory_max_bytes),
+        ("MemoryHigh", plan.memory_high_bytes),
+        ("MemorySwapMax", plan.memory_swap_max_bytes),
+    ]
+    return [(name, value) for name, value in directives if value is not None]
+
+
+def protect_home(plan: VllmPlan) -> str:
+    """`read-only` when the command, a model path or a path in the environment lies under /home."""
+    words = [*plan.argv, *plan.env.values(), plan.cache_dir]
+    return "read-only" if any(word.startswith(_HOME_PREFIXES) for word in words) else "yes"
+
+
+@cache
+def _templates() -> Environment:
+    return Environment(
+        loader=FileSystemLoader(str(templates_dir())),
+        undefined=StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        autoescape=False,
+    )
+
+
+def render_unit(plan: VllmPlan) -> str:
+    """The text of /etc/systemd/system/vllm.service for `plan`. UnitError on bad input."""
+    if plan.hardening not in HARDENING_LEVELS:
+        raise UnitError(f"vllm_hardening must be one of {HARDENING_LEVELS}, not {plan.hardening!r}")
+    if plan.user in ("", "root") or plan.user.isdigit():
+        raise UnitError(f"vllm_user must name a non-root user, not {plan.user!r}")
+    if not plan.cache_dir.startswith("/"):
+        raise UnitError(f"the cache directory must be an absolute path, not {plan.cache_dir!r}")
+    if plan.api_key is not None and any(plan.api_key.get_secret_value() in arg for arg in plan.argv):
+        raise UnitError("the API key appears in argv; it belongs in the environment file only")
+    return _templates().get_template("vllm.service.j2").render(
+        plan=plan,
+        exec_start=exec_line(plan.argv),
+        environment=[config_word(f"{key}={value}") for key, value in service_environment(plan).items()],
+        memory=memory_directives(plan),
+        cache_dir=config_word(plan.cache_dir),
+        protect_home=protect_home(plan),
+        env_file=VLLM_ENV_FILE,
+        home_dir=HOME_DIR,
+        state_directory=STATE_DIRECTORY,
+    )
+
+
+def render_env(plan: VllmPlan) -> str:
+    """The text of the environment file: the API key, when there is one. It holds a secret:
+    never log it, compare it by hash."""
+    secrets = {}
+    if plan.api_key is not None:
+        secrets["VLLM_API_KEY"] = env_file_value(plan.api_key.get_secret_value())
+    return _templates().get_template("vllm.env.j2").render(secrets=secrets)

@@ -1,0 +1,17 @@
+"""Only hostkit's kernel tuning, planned from the host's data: the deploy of tests/e2e/test_kernel.py."""
+
+from pyinfra import host
+
+from hostkit.operations import kernel
+from hostkit.plans import KernelPlan
+from hostkit.profile import profile_from_data
+
+profile = profile_from_data(host.name, host.data.dict())
+plan = KernelPlan(
+    sysctl=dict(profile.sysctl),
+    sysctl_conflicts=profile.sysctl_conflicts,
+    thp_enabled=profile.thp_enabled,
+    thp_defrag=profile.thp_defrag,
+)
+kernel.sysctl_settings(name="Kernel memory sysctls", plan=plan, profile=profile)
+kernel.transparent_hugepages(name="Transparent hugepages", plan=plan, profile=profile)

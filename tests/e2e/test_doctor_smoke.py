@@ -1,0 +1,147 @@
+"""`hostkit doctor` and `hostkit smoke` against a lab host provisioned by the main deploy,
+serving the vLLM stand-in (tests/standin) through an ssh port-forward.
+
+One host for the module (boots are slow under qemu TCG): a clean doctor run, a clean smoke
+run, then a smoke run during which a separate process on the host pushes memory into swap,
+which the report must show rising during the load and coming back after it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from hostkit.pyinfra_runner import run_pyinfra, write_inventory
+from tests.e2e.conftest import MAIN_DEPLOY, REPO, lab_data
+from tests.standin.install import install_standin
+
+pytestmark = pytest.mark.lab
+
+MIB = 2**20
+KEY_ENV = "HOSTKIT_E2E_VLLM_KEY"
+SERVE_DATA = {
+    "vllm_served_model_name": "lab-model",
+    # The stand-in sleeps per token: 64 tokens x 40 ms keeps each request ~2.6 s, so a run lasts long
+    # enough for the memory push to land inside it.
+    "vllm_env": {"VLLM_STANDIN_LOAD_SECONDS": "2", "VLLM_STANDIN_TOKEN_DELAY_MS": "40"},
+    "vllm_ready_timeout": 240,
+}
+
+
+@pytest.fixture(scope="module")
+def served(lab, tmp_path_factory):
+    """(lab host, inventory path): provisioned by deploys/vllm_host.py, serving the stand-in."""
+    lab_host = lab.up(1, os_name="debian12", cgroup="v2", prefix="docx")[0]
+    try:
+        install_standin(lab_host)
+        data = {**lab_host.pyinfra_data(), **lab_data(), **SERVE_DATA}
+        inventory = write_inventory(tmp_path_factory.mktemp("doctor") / "inventory.py", [(lab_host.name, data)])
+        run = run_pyinfra(inventory, MAIN_DEPLOY, cwd=REPO)
+        assert run.ok, run.output[-4000:]
+        yield lab_host, inventory, data
+    finally:
+        lab.remove(lab_host.name)
+
+
+def hostkit(*args: str, env: dict | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", "from hostkit.cli import main; main()", *args], cwd=REPO,
+                          capture_output=True, text=True, timeout=timeout, check=False, env={**os.environ, **(env or {})})
+
+
+@contextmanager
+def forwarded(lab_host, remote_port: int = 8000):
+    """An ssh port-forward from loopback here to the host's vLLM port."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        local_port = probe.getsockname()[1]
+    argv = lab_host.ssh_argv()
+    argv[-1:-1] = ["-N", "-o", "ExitOnForwardFailure=yes", "-L", f"127.0.0.1:{local_port}:127.0.0.1:{remote_port}"]
+    tunnel = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", local_port), timeout=2).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline or tunnel.poll() is not None:
+                    raise RuntimeError("ssh port-forward did not come up") from None
+                time.sleep(0.3)
+        yield f"http://127.0.0.1:{local_port}"
+    finally:
+        tunnel.terminate()
+        tunnel.wait(timeout=10)
+
+
+def smoke(served, url: str, out: Path, *extra: str) -> tuple[subprocess.Popen, Path]:
+    lab_host, inventory, data = served
+    argv = [sys.executable, "-c", "from hostkit.cli import main; main()", "smoke", url,
+            "--concurrency", "20", "--requests", "60", "--max-tokens", "64", "--api-key-env", KEY_ENV,
+            "--watch", lab_host.name, "--inventory", str(inventory), "--settle", "60", "--out", str(out), *extra]
+    env = {**os.environ, KEY_ENV: data["vllm_api_key"]}
+    return subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env), out
+
+
+def test_doctor_on_the_provisioned_host(served):
+    lab_host, inventory, data = served
+    result = hostkit("doctor", str(inventory), "--format", "json")
+    document = json.loads(result.stdout)
+    (host,) = document["hosts"]
+    findings = {finding["code"]: finding["severity"] for finding in host["findings"]}
+    assert result.returncode == 0, findings
+    assert "critical" not in findings.values()
+    inputs = host["inputs"]
+    assert inputs["memory"]["swap_total_bytes"] >= 1000 * MIB  # swap_size 1G on the NVMe disk
+    assert inputs["tuning"]["swappiness"] == 10
+    unit = inputs["unit"]
+    assert unit["active_state"] == "active" and unit["max_bytes"] and unit["peak_bytes"]
+    assert inputs["vllm"]["argv"][1] == "serve" and inputs["vllm"]["tree_rss_bytes"] > 0
+    assert host["vllm_settings"]["max_model_len"] == data["vllm_max_model_len"]
+    assert host["vllm_settings"]["version_source"] == "inventory"  # the stand-in has no dist-info
+    assert "memory-limit-missing" not in findings and "memory-limit-near-ram" not in findings
+    text = hostkit("doctor", str(inventory), "--limit", lab_host.name)
+    assert f"== {lab_host.name} ==" in text.stdout and "vllm.service  active/running" in text.stdout
+
+
+def test_clean_smoke_run(served, tmp_path):
+    lab_host = served[0]
+    with forwarded(lab_host) as url:
+        process, out = smoke(served, url, tmp_path)
+        output, _ = process.communicate(timeout=600)
+    assert process.returncode == 0, output
+    report = json.loads((out / "smoke-report.json").read_text())
+    assert report["requests"]["succeeded"] == 60 and report["requests"]["failed"] == 0
+    assert report["latency_s"]["p50"] >= 64 * 0.04
+    assert report["memory"]["samples"] > 10 and report["memory"]["source"] == lab_host.name
+    assert report["memory"]["ram"]["unit_peak"] > 0  # the unit's cgroup memory was sampled too
+    assert report["oom"]["lines"] == [] and report["oom"]["kernel_log_source"] == "journalctl"
+    assert (out / "smoke-memory.png").stat().st_size > 20_000
+
+
+def test_memory_pushed_during_the_run_shows_the_swap_rise(served, tmp_path):
+    lab_host = served[0]
+    # A separate process (its own transient unit, outside vLLM's limit) takes ~90% of RAM for
+    # a few seconds, starting a few seconds into the load, then exits.
+    push = ("systemd-run --unit=hostkit-e2e-push --collect -q sh -c 'sleep 6; exec python3 -c \""
+            "import time; total = int(open(\\\"/proc/meminfo\\\").readline().split()[1]) * 1024; "
+            "held = bytearray(b\\\"\\\\x01\\\") * int(total * 0.9); time.sleep(5)\"'")
+    with forwarded(lab_host) as url:
+        process, out = smoke(served, url, tmp_path, "--requests", "100")
+        lab_host.ssh(push, check=True)
+        output, _ = process.communicate(timeout=600)
+    report = json.loads((out / "smoke-report.json").read_text())
+    swap = report["memory"]["swap"]
+    assert swap["rise"] > 100 * MIB, (swap, output)
+    peak_t = max(report["memory"]["series"], key=lambda s: s["swap_used"])["t"]
+    assert 0 < peak_t < report["duration_s"] + 15  # during the load (or as the pusher let go)
+    assert swap["recovered"], swap
+    assert report["oom"]["lines"] == []
+    assert process.returncode == 0, output

@@ -1,0 +1,112 @@
+"""`hostkit rollout` on three real lab hosts with the main deploy and the vLLM stand-in.
+
+One set of three hosts serves every scenario (boots are slow under qemu TCG), in order:
+the happy path; a new configuration whose second host serves but hangs on completions
+(the stand-in's VLLM_STANDIN_TOKEN_DELAY_MS), so it passes the deploy's readiness gate and
+fails the rollout's completion check: the rollout halts and the third host is untouched;
+then a fix and --resume, which completes.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hostkit.pyinfra_runner import write_inventory
+from tests.e2e.conftest import MAIN_DEPLOY, REPO, lab_data
+from tests.standin.install import install_standin
+
+pytestmark = pytest.mark.lab
+
+BASE = {
+    "vllm_served_model_name": "lab-model",
+    "vllm_env": {"VLLM_STANDIN_LOAD_SECONDS": "2"},
+    "vllm_ready_timeout": 120,
+}
+NEW = {**BASE, "vllm_served_model_name": "lab-model-v2"}
+# 4 tokens at 15 s each: the probe's completion (30 s timeout) gives up; /health and
+# /v1/models, all the deploy's readiness gate and `hostkit verify` ask for, still answer.
+HANGING = {**NEW, "vllm_env": {**NEW["vllm_env"], "VLLM_STANDIN_TOKEN_DELAY_MS": "15000"}}
+
+
+def write_fleet(path: Path, hosts, data: dict, per_host: dict | None = None) -> Path:
+    entries = []
+    for lab_host in hosts:
+        host_data = {**lab_host.pyinfra_data(), **lab_data(), **data, **(per_host or {}).get(lab_host.name, {})}
+        entries.append((lab_host.name, host_data))
+    return write_inventory(path, entries)
+
+
+def rollout(inventory: Path, report: Path, *args: str) -> subprocess.CompletedProcess:
+    argv = [sys.executable, "-c", "from hostkit.cli import main; main()", "rollout", str(inventory),
+            "--deploy", str(MAIN_DEPLOY), "--report", str(report), "--gate-timeout", "20", *args]
+    return subprocess.run(argv, capture_output=True, text=True, cwd=REPO, timeout=3600)
+
+
+def explain(result: subprocess.CompletedProcess, hosts) -> str:
+    """The rollout's output and each host's vLLM journal, for a failed assertion."""
+    journals = [f"--- {h.name}\n" + h.ssh("journalctl -u vllm.service -n 15 --no-pager -o cat").stdout for h in hosts]
+    return "\n".join([result.stdout, result.stderr, *journals])
+
+
+def served_state(lab_host) -> str:
+    """The unit and env file as installed, and when the server last started."""
+    command = ("systemctl cat vllm.service | sha256sum; sha256sum /etc/vllm-hostkit/vllm.env; "
+               "systemctl show -p ExecMainStartTimestampMonotonic vllm.service")
+    return lab_host.ssh(command, check=True).stdout
+
+
+def test_rollout_happy_path_halt_on_a_failing_gate_and_resume(lab_host_factory, tmp_path):
+    hosts = lab_host_factory(count=3)
+    for lab_host in hosts:
+        install_standin(lab_host)
+    first, second, third = hosts
+    names = [lab_host.name for lab_host in hosts]
+
+    # The happy path: canary, then the other two; every host deployed and gated.
+    happy = rollout(write_fleet(tmp_path / "v1.py", hosts, BASE), tmp_path / "v1.json", "--batches", "1,100%")
+    assert happy.returncode == 0, explain(happy, hosts)
+    report = json.loads((tmp_path / "v1.json").read_text())
+    assert report["outcome"] == "completed" and report["counts"] == {"done": 3}
+    assert [(host["name"], host["batch"]) for host in report["hosts"]] == [(names[0], 1), (names[1], 2), (names[2], 2)]
+    for host in report["hosts"]:
+        assert "vLLM systemd unit" in host["changed"]
+        assert [check["name"] for check in host["gate"]["checks"]] == ["verify", "health", "models", "completion"]
+        assert all(check["passed"] for check in host["gate"]["checks"]), host["gate"]
+    assert "batch 1/2: gate verify passed on 1/1" in happy.stderr
+    assert "lab-secret-not-for-production" not in happy.stdout + happy.stderr + (tmp_path / "v1.json").read_text()
+
+    # A new configuration, one host per batch; the second host hangs on completions.
+    third_before = served_state(third)
+    inventory = write_fleet(tmp_path / "v2.py", hosts, NEW, per_host={second.name: HANGING})
+    halted = rollout(inventory, tmp_path / "v2.json", "--batches", "1,2,100%", "--gate", "ready")
+    assert halted.returncode == 1, explain(halted, hosts)
+    report = json.loads((tmp_path / "v2.json").read_text())
+    states = {host["name"]: host["state"] for host in report["hosts"]}
+    assert states == {first.name: "done", second.name: "failed", third.name: "untouched"}
+    assert report["outcome"] == "halted" and report["halt_reason"].startswith("batch 2/3")
+    failed = report["hosts"][1]
+    assert failed["changed"] and failed["gate"]["checks"][-1]["name"] == "completion"
+    assert not failed["gate"]["checks"][-1]["passed"]
+    assert served_state(third) == third_before  # later batches are untouched
+    table = {line.split()[0]: line.split()[1:3] for line in halted.stdout.splitlines()[1:] if line.split()}
+    assert table[third.name] == ["3", "untouched"] and table[second.name] == ["2", "failed"]
+
+    # The fix, then --resume: the first host is skipped, the second retried, the third rolled.
+    fixed = write_fleet(tmp_path / "v2.py", hosts, NEW)
+    resumed = rollout(fixed, tmp_path / "v2-resumed.json", "--batches", "1,2,100%", "--gate", "ready",
+                      "--resume", str(tmp_path / "v2.json"))
+    assert resumed.returncode == 0, explain(resumed, hosts)
+    report = json.loads((tmp_path / "v2-resumed.json").read_text())
+    assert report["outcome"] == "completed" and report["counts"] == {"done": 3}
+    assert [host["previous_run"] for host in report["hosts"]] == [True, False, False]
+    assert [batch["hosts"] for batch in report["batches"]] == [[second.name], [third.name]]
+    assert f"resume: 1 host already done, skipped: {first.name}" in resumed.stderr
+    for lab_host in hosts:
+        health = lab_host.ssh("python3 -c \"import urllib.request as u; print(u.urlopen('http://127.0.0.1:8000/health').status)\"")
+        assert health.stdout.strip() == "200"
+    assert served_state(third) != third_before

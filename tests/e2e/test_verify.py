@@ -1,0 +1,120 @@
+"""`hostkit verify` and `pytest --pyinfra-inventory` on three lab hosts provisioned by the main
+deploy: all pass, in parallel; then each host is broken differently and the failures say
+what was expected, what was found and how to fix it; the deploy the fixes name repairs them.
+
+One story on one set of hosts, so it costs three boots and two deploys.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from xml.etree import ElementTree
+
+import pytest
+
+from tests.standin.install import install_standin
+
+pytestmark = [pytest.mark.lab, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[2]
+SWAP = "/mnt/nvme/vllm-hostkit.swap"
+UNIT = "/etc/systemd/system/vllm.service"
+
+
+def hostkit_verify(inventory: Path, *args: str) -> tuple[subprocess.CompletedProcess, float]:
+    argv = [sys.executable, "-c", "from hostkit.cli import main; main()", "verify", str(inventory), *args]
+    started = time.monotonic()
+    proc = subprocess.run(argv, capture_output=True, text=True, cwd=REPO, timeout=1800)
+    return proc, time.monotonic() - started
+
+
+def by_host(report: dict) -> dict[str, dict]:
+    return {host["name"]: host for host in report["hosts"]}
+
+
+def failed_checks(host: dict) -> set[str]:
+    return {check["name"] for check in host["checks"] if not check["ok"]}
+
+
+def junit_failures(path: Path) -> dict[str, dict[str, str]]:
+    root = ElementTree.parse(path).getroot()
+    return {
+        suite.get("name"): {case.get("name"): case.find("failure").get("message")
+                            for case in suite.iter("testcase") if case.find("failure") is not None}
+        for suite in root.iter("testsuite")
+    }
+
+
+def test_verify_fresh_then_broken_hosts(lab_host_factory, run_deploy, tmp_path):
+    hosts = lab_host_factory(count=3)
+    for lab_host in hosts:
+        install_standin(lab_host)
+    deployed = run_deploy(hosts)
+    assert deployed.ok, deployed.output[-3000:]
+    inventory = Path(deployed.argv[3])  # the inventory the deploy ran on
+    names = [lab_host.name for lab_host in hosts]
+
+    # Freshly provisioned: every check passes, at most 3 remote commands per host, hosts in parallel.
+    junit = tmp_path / "fresh.xml"
+    proc, elapsed = hostkit_verify(inventory, "-n", "3", "--format", "json", "--junitxml", str(junit))
+    report = json.loads(proc.stdout)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    hosts_seen = by_host(report)
+    assert sorted(hosts_seen) == sorted(names)
+    for host in hosts_seen.values():
+        assert host["ok"] and host["remote_commands"] <= 3, host
+    assert elapsed < 0.8 * sum(host["seconds"] for host in hosts_seen.values())
+    assert sorted(junit_failures(junit)) == sorted(names)
+
+    # The same checks as testinfra tests through the pytest plugin, three xdist workers.
+    tests = subprocess.run(
+        [sys.executable, "-m", "pytest", "--pyinfra-inventory", str(inventory), "tests/host", "-v",
+         "-n", "3", "--dist", "loadgroup", "-p", "no:cacheprovider"],
+        capture_output=True, text=True, cwd=REPO, timeout=1800,
+    )
+    assert tests.returncode == 0, tests.stdout[-3000:]
+    assert "15 passed" in tests.stdout
+    for name in names:
+        assert f"test_vllm_unit[paramiko://{name}]" in tests.stdout
+
+    # Break each host differently.
+    swapped_off, stopped, edited = hosts
+    swapped_off.ssh(f"swapoff {SWAP} && sysctl -w vm.swappiness=60", check=True)
+    stopped.ssh("systemctl stop vllm.service && echo always > /sys/kernel/mm/transparent_hugepage/enabled",
+                check=True)
+    edited.ssh(f"sed -i 's/^RestartSec=10$/RestartSec=11/' {UNIT} && grep -q RestartSec=11 {UNIT}", check=True)
+
+    junit = tmp_path / "broken.xml"
+    proc, _ = hostkit_verify(inventory, "-n", "3", "--format", "json", "--junitxml", str(junit))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    hosts_seen = by_host(json.loads(proc.stdout))
+    assert failed_checks(hosts_seen[swapped_off.name]) == {"swap active", "sysctl vm.swappiness"}
+    assert failed_checks(hosts_seen[stopped.name]) == {"unit active", "server process", "ready (/health)",
+                                                       "THP enabled"}
+    assert failed_checks(hosts_seen[edited.name]) == {"unit file"}
+    # A stopped unit is not waited for (the lab's ready timeout is 180 s).
+    assert hosts_seen[stopped.name]["seconds"] < 150
+
+    messages = junit_failures(junit)
+    assert messages[swapped_off.name]["swap active"].startswith(
+        f"swap active: expected {SWAP} in /proc/swaps at priority 10; actual ")
+    assert "sysctl vm.swappiness: expected 10; actual 60; fix: sysctl -w vm.swappiness='10'" in (
+        messages[swapped_off.name]["sysctl vm.swappiness"])
+    assert "expected active/running; actual inactive/dead" in messages[stopped.name]["unit active"]
+    assert "THP enabled: expected madvise; actual always; fix: " in messages[stopped.name]["THP enabled"]
+    assert "actual edited or out of date, changed on disk since systemd loaded it" in (
+        messages[edited.name]["unit file"])
+    for host_messages in messages.values():
+        for message in host_messages.values():
+            assert "; fix: " in message
+
+    # What the fixes say: re-run the deploy. Afterwards everything passes again.
+    redeployed = run_deploy(hosts)
+    assert redeployed.ok, redeployed.output[-3000:]
+    proc, _ = hostkit_verify(inventory, "-n", "3")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.rstrip().endswith("3 hosts: 3 passed, 0 failed, 0 unreachable")

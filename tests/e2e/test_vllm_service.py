@@ -1,0 +1,187 @@
+"""vLLM as a systemd service on real lab hosts (cgroup v2 and v1), with the vLLM stand-in.
+
+One host per cgroup version serves the whole module (boots are slow under qemu TCG). Every
+test first converges the host to BASE, so each starts from a serving unit whatever ran
+before it. The deploy is tests/e2e/vllm_deploy.py: hostkit's plan, then only the vLLM
+operations.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from hostkit.readiness import Probe, probe_command
+from tests.standin.install import install_standin
+
+pytestmark = pytest.mark.lab
+
+DEPLOY = Path(__file__).with_name("vllm_deploy.py")
+LAB_KEY = "lab-secret-not-for-production"  # inventories/lab.py
+BASE = {
+    "nvme_device": None,
+    "swap_enabled": False,
+    "vllm_served_model_name": "lab-model",
+    "vllm_env": {"VLLM_STANDIN_LOAD_SECONDS": "2"},
+    "vllm_ready_timeout": 120,
+}
+UNIT_PROPERTIES = ("ActiveState", "SubState", "MainPID", "ActiveEnterTimestampMonotonic", "NRestarts",
+                   "UnitFileState", "User", "ExecMainStartTimestampMonotonic")
+
+
+@pytest.fixture(scope="module", params=["v2", "v1"])
+def vllm_host(lab, request):
+    lab_host = lab.up(1, os_name="debian12", cgroup=request.param, prefix=f"vllm{request.param}x")[0]
+    install_standin(lab_host)
+    yield lab_host
+    lab.remove(lab_host.name)
+
+
+def sh(lab_host, command: str) -> str:
+    return lab_host.ssh(command, check=True).stdout
+
+
+def show(lab_host) -> dict[str, str]:
+    properties = " ".join(f"-p {name}" for name in UNIT_PROPERTIES)
+    lines = sh(lab_host, f"systemctl show vllm.service {properties}").splitlines()
+    return dict(line.split("=", 1) for line in lines)
+
+
+def probe(lab_host) -> Probe:
+    return Probe.parse(sh(lab_host, probe_command("0.0.0.0", 8000)).strip())
+
+
+def converge(run_deploy, lab_host, **data):
+    run = run_deploy(lab_host, {**BASE, **data}, deploy=DEPLOY)
+    assert run.ok, run.output[-4000:]
+    return run
+
+
+def journal_cursor(lab_host) -> str:
+    output = sh(lab_host, "journalctl -u vllm.service -n 0 --show-cursor --no-pager")
+    return output.strip().rsplit("cursor: ", 1)[1]
+
+
+def starts_since(lab_host, cursor: str) -> int:
+    journal = sh(lab_host, f"journalctl -u vllm.service --after-cursor='{cursor}' -o cat --no-pager")
+    return len(re.findall(r"^Started vllm\.service", journal, re.MULTILINE))
+
+
+def test_installed_enabled_active_ready_as_its_own_user(vllm_host, run_deploy):
+    converge(run_deploy, vllm_host)
+    state = show(vllm_host)
+    assert (state["ActiveState"], state["UnitFileState"], state["User"]) == ("active", "enabled", "vllm")
+    assert sh(vllm_host, f"ps -o user= -p {state['MainPID']}").strip() == "vllm"
+    assert probe(vllm_host).serves("lab-model")
+    assert sh(vllm_host, "stat -c '%a %U %G' /etc/vllm-hostkit/vllm.env").strip() == "600 root root"
+    unit = sh(vllm_host, "systemctl cat vllm.service")
+    if vllm_host.cgroup == "v1":
+        assert "MemoryLimit=" in unit and "MemoryMax=" not in unit
+        limit = sh(vllm_host, "cat /sys/fs/cgroup/memory/system.slice/vllm.service/memory.limit_in_bytes")
+    else:
+        assert "MemoryMax=" in unit and "MemoryLimit=" not in unit
+        limit = sh(vllm_host, "cat /sys/fs/cgroup/system.slice/vllm.service/memory.max")
+    planned = int(re.search(r"^Memory(?:Max|Limit)=(\d+)$", unit, re.MULTILINE).group(1))
+    assert 0 <= planned - int(limit) < 4096
+
+
+def test_rerun_changes_nothing_and_does_not_restart(vllm_host, run_deploy):
+    converge(run_deploy, vllm_host)
+    before = show(vllm_host)
+    run = converge(run_deploy, vllm_host)
+    assert run.changed_on(vllm_host.name) == []
+    after = show(vllm_host)
+    assert (after["MainPID"], after["ActiveEnterTimestampMonotonic"]) == (
+        before["MainPID"], before["ActiveEnterTimestampMonotonic"])
+
+
+def test_one_flag_restarts_exactly_once(vllm_host, run_deploy):
+    converge(run_deploy, vllm_host)
+    cursor = journal_cursor(vllm_host)
+    before = show(vllm_host)
+    converge(run_deploy, vllm_host, vllm_max_num_seqs=32)
+    assert starts_since(vllm_host, cursor) == 1
+    assert show(vllm_host)["MainPID"] != before["MainPID"]
+    assert "--max-num-seqs 32" in sh(vllm_host, "systemctl show -p ExecStart --value vllm.service")
+    assert converge(run_deploy, vllm_host, vllm_max_num_seqs=32).changed_on(vllm_host.name) == []
+    assert starts_since(vllm_host, cursor) == 1
+
+
+def test_flags_the_hosts_vllm_rejects_leave_the_running_unit_alone(vllm_host, run_deploy):
+    """The inventory says 0.17.1 (which has --swap-space) but the host runs 0.20.0 (which
+    rejected it): hostkit's data accepts the flag, the host's own parser does not."""
+    converge(run_deploy, vllm_host)
+    before, unit_before = show(vllm_host), sh(vllm_host, "sha256sum /etc/systemd/system/vllm.service")
+    install_standin(vllm_host, version="0.20.0")
+    try:
+        run = run_deploy(vllm_host, {**BASE, "vllm_version": "0.17.1", "vllm_swap_space": 4}, deploy=DEPLOY)
+        assert not run.ok
+        assert "argument parser rejected the new command line" in run.output
+        assert "unrecognized arguments: --swap-space" in run.output
+        assert sh(vllm_host, "sha256sum /etc/systemd/system/vllm.service") == unit_before
+        assert show(vllm_host)["MainPID"] == before["MainPID"]
+        assert probe(vllm_host).serves("lab-model")
+    finally:
+        install_standin(vllm_host)
+
+
+def test_a_flag_unknown_to_the_version_is_refused_before_any_change(vllm_host, run_deploy):
+    converge(run_deploy, vllm_host)
+    before = show(vllm_host)
+    run = run_deploy(vllm_host, {**BASE, "vllm_extra_args": {"--no-such-flag": True}}, deploy=DEPLOY)
+    assert not run.ok and "--no-such-flag" in run.output
+    assert show(vllm_host)["MainPID"] == before["MainPID"]
+    assert probe(vllm_host).serves("lab-model")
+
+
+def test_the_secret_stays_out_of_unit_ps_and_pyinfra_output(vllm_host, run_deploy):
+    converge(run_deploy, vllm_host)
+    secret = "rotated-e2e-secret-4711"
+    run = converge(run_deploy, vllm_host, vllm_api_key=secret)
+    debug_run = run_deploy(vllm_host, {**BASE, "vllm_api_key": LAB_KEY}, deploy=DEPLOY,
+                           extra=("-vvv", "--debug", "--diff"))
+    assert debug_run.ok, debug_run.output[-4000:]
+    assert "vllm.env" in debug_run.output  # the upload happened in this run
+    for output in (run.output, debug_run.output):
+        assert secret not in output and LAB_KEY not in output
+    converge(run_deploy, vllm_host, vllm_api_key=secret)
+    for command in ("systemctl cat vllm.service", "ps auxww", "systemctl show vllm.service"):
+        assert secret not in sh(vllm_host, command), command
+    assert probe(vllm_host).serves("lab-model")  # the key in the env file is the one vLLM uses
+    unauthorised = sh(vllm_host, "curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:8000/v1/models")
+    assert unauthorised == "401"
+
+
+def test_memory_overrun_is_contained_in_the_unit(vllm_host, run_deploy):
+    converge(run_deploy, vllm_host)
+    sshd_before = sh(vllm_host, "systemctl show -p MainPID --value ssh.service").strip()
+    sh(vllm_host, "dmesg -C")
+    cursor = journal_cursor(vllm_host)
+    run = run_deploy(vllm_host, {**BASE, "vllm_memory_max": "256M", "vllm_ready_timeout": 45,
+                                 "vllm_env": {"VLLM_STANDIN_LOAD_SECONDS": "2", "VLLM_STANDIN_ALLOCATE_MB": "512"}},
+                     deploy=DEPLOY)
+    assert not run.ok
+    assert "journal lines of vllm.service" in run.output  # the gate showed why
+    kernel = sh(vllm_host, "dmesg")
+    assert "oom_memcg=/system.slice/vllm.service" in kernel
+    assert not re.search(r"\] Out of memory: Killed process", kernel)  # no system-wide OOM
+    journal = sh(vllm_host, f"journalctl -u vllm.service --after-cursor='{cursor}' -o cat --no-pager")
+    if vllm_host.cgroup == "v2":
+        assert "killed by the OOM killer" in journal
+    else:
+        assert "status=9/KILL" in journal
+    assert int(show(vllm_host)["NRestarts"]) >= 1 or starts_since(vllm_host, cursor) >= 2
+    assert sh(vllm_host, "systemctl show -p MainPID --value ssh.service").strip() == sshd_before
+    converge(run_deploy, vllm_host)
+    assert probe(vllm_host).serves("lab-model")
+
+
+def test_security_exposure_is_at_most_2_5(vllm_host, run_deploy):
+    converge(run_deploy, vllm_host)
+    report = sh(vllm_host, "systemd-analyze security --no-pager vllm.service")
+    exposure = float(re.search(r"Overall exposure level for vllm\.service: ([\d.]+)", report).group(1))
+    print(json.dumps({"host": vllm_host.name, "cgroup": vllm_host.cgroup, "exposure": exposure}))
+    assert exposure <= 2.5, report

@@ -1,0 +1,138 @@
+"""Parsing the doctor probe's output, recorded on a lab VM and on an H200 host; the probe itself."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from hostkit.doctor.gather import (
+    DoctorFact,
+    dist_info_versions,
+    doctor_command,
+    gather_local,
+    parse_doctor_output,
+    parse_processes,
+    pick_vllm_version,
+    split_sub_sections,
+)
+
+FIXTURES = Path(__file__).parent / "fixtures" / "doctor"
+
+
+def recorded(name: str, host: str = "lab1"):
+    return parse_doctor_output(host, (FIXTURES / f"{name}.txt").read_text().splitlines())
+
+
+def test_lab_host_with_running_unit():
+    inputs = recorded("lab-clean")
+    assert inputs.memory.ram_total_bytes == 2025980 * 1024
+    assert inputs.memory.swap_total_bytes == 1048572 * 1024
+    assert inputs.memory.swap_used_bytes == 0
+    assert (inputs.tuning.swappiness, inputs.tuning.thp_enabled, inputs.tuning.thp_defrag) == (10, "madvise", "madvise")
+    assert inputs.tuning.cgroup_version == 2
+    unit = inputs.unit
+    assert unit.loaded and unit.active_state == "active" and unit.main_pid == 459
+    assert unit.max_bytes == 1200 * 2**20 and unit.high_bytes == 1100 * 2**20 and unit.swap_max_bytes == 256 * 2**20
+    assert unit.current_bytes == 160985088 and unit.peak_bytes == 161054720  # memory.peak: systemd 252 has no MemoryPeak
+    assert unit.oom_kills == 0
+    vllm = inputs.vllm
+    assert vllm.pid == 459 and vllm.argv_exact
+    assert vllm.argv[:4] == ("/opt/vllm/bin/python3", "/opt/vllm/bin/vllm", "serve", "Qwen/Qwen2.5-0.5B-Instruct")
+    assert vllm.tree_pids == (459, 461, 462)  # the server, the resource tracker, the spawned engine
+    assert vllm.tree_rss_bytes == (19052 + 11296 + 142172) * 1024
+    assert inputs.installed_vllm_version == "0.8.5.post1"
+    assert inputs.kernel_log.source == "journalctl" and inputs.kernel_log.oom_kills == ()
+    assert inputs.gpus == () and inputs.notes == ()
+
+
+def test_crash_looping_unit_has_no_process_but_a_configured_command():
+    inputs = recorded("lab-crashloop")
+    assert inputs.unit.active_state == "activating" and inputs.unit.sub_state == "auto-restart"
+    assert inputs.unit.restarts == 25 and inputs.unit.main_pid is None
+    assert inputs.unit.current_bytes is None  # MemoryCurrent=[not set], no cgroup while waiting
+    assert inputs.unit.last_exit == "exited, status 2"
+    assert inputs.vllm is None
+    assert inputs.vllm_argv[-2:] == ("--swap-space", "4")
+    assert inputs.installed_vllm_version == "0.20.0"
+
+
+def test_unit_after_oom_kill_and_restart():
+    inputs = recorded("lab-oom")
+    assert inputs.unit.restarts == 1
+    assert inputs.unit.swap_current_bytes == 88641536
+    assert inputs.unit.oom_kills == 0  # the counter went with the old cgroup: the kernel log is what remains
+    assert [kill.pid for kill in inputs.kernel_log.oom_kills] == [536, 583]
+
+
+def test_h200_host_gpu_memory_and_other_process():
+    inputs = recorded("h200-other-gpu-process", "h200")
+    assert not inputs.unit.loaded
+    assert "no systemctl" in inputs.notes[0]
+    assert inputs.kernel_log.source == "dmesg"
+    (gpu,) = inputs.gpus
+    assert (gpu.index, gpu.total_mib, gpu.used_mib) == (0, 143771, 3599)
+    assert (gpu.vllm_mib, gpu.other_mib, gpu.other_pids) == (0, 3590, (552,))
+    assert inputs.vllm is None
+
+
+def test_gpu_memory_of_the_vllm_tree_is_not_counted_as_other():
+    lines = (FIXTURES / "h200-other-gpu-process.txt").read_text().splitlines()
+    # The same host, as if pid 552 had been started by a vLLM server (pid 500).
+    ps_at = lines.index("@@doctor:ps@@") + 1
+    lines[ps_at:ps_at] = ["  500     1 900000 /opt/vllm/bin/python3 /opt/vllm/bin/vllm serve m --gpu-memory-utilization 0.9"]
+    lines = [line.replace("  552     1 621104", "  552   500 621104") for line in lines]
+    inputs = parse_doctor_output("h200", lines)
+    assert inputs.vllm.pid == 500 and not inputs.vllm.argv_exact
+    assert inputs.vllm.tree_pids == (500, 552)
+    assert (inputs.gpus[0].vllm_mib, inputs.gpus[0].other_mib) == (3590, 0)
+
+
+def test_vllm_outside_systemd_is_found_in_ps_and_the_probe_shell_is_not():
+    ps = [
+        "    1     0  100 /sbin/init",
+        "  700     1  500 bash -c echo '@@doctor:ps@@'; vllm serve x",  # the probe's own shell
+        "  800     1 2000 /usr/bin/python3 -m vllm.entrypoints.openai.api_server --model m --port 8000",
+        "  801   800 4000 VLLM::EngineCore",
+        "  900     1  300 /usr/bin/python3 /srv/other.py",
+    ]
+    found = parse_processes(ps, main_pid=None, main_argv=[])
+    assert found.pid == 800 and found.tree_pids == (800, 801)
+    assert found.tree_rss_bytes == 6000 * 1024
+    assert parse_processes(ps[:1] + ps[4:], main_pid=None, main_argv=[]) is None
+
+
+def test_vllm_version_prefers_the_environment_that_runs_it():
+    found = dist_info_versions([
+        "/opt/vllm/lib/python3.11/site-packages/vllm-0.8.5.post1.dist-info",
+        "/srv/old/lib/python3.10/site-packages/vllm-0.6.6.post1+cu124.dist-info",
+    ])
+    assert found == {"/opt/vllm": "0.8.5.post1", "/srv/old": "0.6.6.post1"}
+    assert pick_vllm_version(found, ("/srv/old/bin/python", "-m", "x")) == ("0.6.6.post1", None)
+    version, note = pick_vllm_version(found, ("/usr/bin/python3", "x"))
+    assert version is None and "several vLLM installations" in note
+    assert pick_vllm_version({"/opt/vllm": "0.33.0"}, ()) == ("0.33.0", None)
+
+
+def test_probe_is_valid_shell_and_runs_here(tmp_path):
+    script = doctor_command(vllm_command="/opt/vllm/bin/vllm")
+    subprocess.run(["sh", "-n", "-c", script], check=True)
+    result = subprocess.run(["sh", "-c", script], capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 0
+    parts = split_sub_sections(result.stdout.splitlines())
+    assert {"meminfo", "vm", "cgroup", "argv", "ps", "dist", "oom"} <= set(parts)
+    inputs = parse_doctor_output("here", result.stdout.splitlines())
+    assert inputs.memory.ram_total_bytes > 0
+
+
+def test_fact_command_takes_unit_and_command():
+    command = DoctorFact().command(unit="my vllm.service", vllm_command="/x/bin/vllm")
+    assert "unit='my vllm.service'" in command and "echo /x/bin/vllm" in command
+
+
+def test_local_gather_uses_psutil_for_memory():
+    psutil = pytest.importorskip("psutil")
+    inputs = gather_local()
+    assert inputs.memory.ram_total_bytes == psutil.virtual_memory().total
+    assert inputs.tuning.swappiness is not None

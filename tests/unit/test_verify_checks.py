@@ -1,0 +1,253 @@
+"""check_host on a lab host's real snapshot and probe output (verify_replay), as provisioned
+and then broken: that state with one thing changed, the way `swapoff`, `sysctl -w`,
+`systemctl stop`, editing the unit or writing THP change it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pytest
+
+from hostkit.facts.kernel import ThpSetting
+from hostkit.facts.snapshot import HostSnapshot, HostSnapshotFact
+from hostkit.gather import planning_facts
+from hostkit.operations.kernel import kernel_mismatches
+from hostkit.operations.swap import swap_problems
+from hostkit.operations.vllm_service import service_changes
+from hostkit.planner import plan_host
+from hostkit.profile import profile_from_data
+from hostkit.readiness import Probe
+from hostkit.verify.checks import AREAS, check_host, server_argv
+from hostkit.verify.probes import KernelLogOoms, Probes, Readiness, parse_probes
+from hostkit.vllm_unit import render_env, render_unit
+from verify_replay import LAB_DATA, SECRET, recorded, rendered_today
+
+SWAP = "/mnt/nvme/vllm-hostkit.swap"
+
+
+def observed(state: str):
+    profile = profile_from_data("lab1", LAB_DATA)
+    snapshot_lines = rendered_today(recorded(f"debian12-{state}.snapshot.txt"), keep_unit=state == "broken")
+    snapshot = HostSnapshotFact().process(snapshot_lines)
+    plan = plan_host(profile, planning_facts(snapshot), host_name="lab1")
+    return profile, plan, snapshot, parse_probes(recorded(f"debian12-{state}.probe.txt"))
+
+
+def converged():
+    return observed("converged")
+
+
+def with_section(snapshot: HostSnapshot, name: str, **changes) -> HostSnapshot:
+    return HostSnapshot({**snapshot.sections, name: dataclasses.replace(snapshot.section(name), **changes)})
+
+
+def failed(results) -> dict[str, str]:
+    return {r.name: r.message() for r in results if not r.ok}
+
+
+def test_a_freshly_provisioned_host_passes_every_check():
+    profile, plan, snapshot, probes = converged()
+    results = check_host(profile, plan, snapshot, probes)
+    assert failed(results) == {}
+    assert {r.area for r in results} == set(AREAS)
+    names = {r.name for r in results}
+    assert {"swap active", "swap size", "swap on NVMe", "swap file", "swap in fstab", "sysctl vm.swappiness",
+            "THP enabled", "THP defrag", "THP unit", "unit enabled", "unit active", "unit file", "MemoryMax",
+            "MemoryHigh", "MemorySwapMax", "flags in effect", "non-root user", "API key not in argv",
+            "ready (/health)", "serves the model (/v1/models)", "no OOM kills since boot"} <= names
+
+
+def test_a_host_broken_in_five_ways_fails_exactly_those_checks():
+    """Recorded after swapoff, sysctl -w vm.swappiness=60, systemctl stop vllm, THP enabled
+    set to always and RestartSec edited in the installed unit."""
+    failures = failed(check_host(*observed("broken")))
+    assert set(failures) == {"swap active", "sysctl vm.swappiness", "THP enabled", "unit active", "unit file",
+                             "server process", "ready (/health)"}
+    assert "actual inactive/dead" in failures["unit active"]
+    assert "actual edited or out of date, changed on disk since systemd loaded it" in failures["unit file"]
+    assert "stopped waiting: unit inactive" in failures["ready (/health)"]
+
+
+def test_the_area_engineers_own_judges_agree_on_the_converged_host():
+    _, plan, snapshot, _ = converged()
+    assert swap_problems(plan.swap, snapshot.storage) == []
+    assert kernel_mismatches(snapshot.kernel, plan.kernel, snapshot.system.kernel_cmdline) == []
+    assert not service_changes(snapshot.vllm, render_unit(plan.vllm), render_env(plan.vllm))
+
+
+def test_swapoff_fails_swap_active_with_the_path_and_a_fix():
+    profile, plan, snapshot, probes = converged()
+    broken = with_section(snapshot, "storage", swaps=())
+    failures = failed(check_host(profile, plan, broken, probes))
+    assert list(failures) == ["swap active"]
+    assert f"expected {SWAP} in /proc/swaps at priority 10; actual no swap at all" in failures["swap active"]
+    assert "fix: swapon -p 10" in failures["swap active"]
+    assert swap_problems(plan.swap, broken.storage)
+
+
+def test_a_swap_file_with_the_wrong_mode_and_no_nofail_fails():
+    profile, plan, snapshot, probes = converged()
+    storage = snapshot.storage
+    files = {path: dataclasses.replace(stat, mode=0o644) for path, stat in storage.files.items()}
+    fstab = tuple(dataclasses.replace(e, options=("defaults",)) if e.vfstype == "swap" else e for e in storage.fstab)
+    failures = failed(check_host(profile, plan, with_section(snapshot, "storage", files=files, fstab=fstab), probes))
+    assert set(failures) == {"swap file", "swap in fstab"}
+    assert "mode 644" in failures["swap file"] and "chmod 600" in failures["swap file"]
+    assert "nofail,pri=10" in failures["swap in fstab"]
+
+
+def test_a_changed_swappiness_fails_with_expected_and_actual():
+    profile, plan, snapshot, probes = converged()
+    broken = with_section(snapshot, "kernel", live={**snapshot.kernel.live, "vm/swappiness": "60"})
+    failures = failed(check_host(profile, plan, broken, probes))
+    assert list(failures) == ["sysctl vm.swappiness"]
+    assert "expected 10; actual 60; fix: sysctl -w vm.swappiness=10," in failures["sysctl vm.swappiness"]
+    assert kernel_mismatches(broken.kernel, plan.kernel, broken.system.kernel_cmdline)
+
+
+def test_changed_thp_fails_enabled_and_defrag():
+    profile, plan, snapshot, probes = converged()
+    choices = ("always", "madvise", "never")
+    broken = with_section(snapshot, "kernel", thp_enabled=ThpSetting("always", choices))
+    failures = failed(check_host(profile, plan, broken, probes))
+    assert list(failures) == ["THP enabled"]
+    assert "expected madvise; actual always" in failures["THP enabled"]
+
+
+def test_a_disabled_thp_unit_fails():
+    profile, plan, snapshot, probes = converged()
+    failures = failed(check_host(profile, plan, with_section(snapshot, "kernel", thp_unit_enabled=False), probes))
+    assert list(failures) == ["THP unit"]
+    assert "not enabled" in failures["THP unit"]
+
+
+def stopped(probes: Probes) -> Probes:
+    unit = {**probes.unit, "ActiveState": "inactive", "SubState": "dead", "MainPID": "0"}
+    readiness = Readiness(Probe(None, "[Errno 111] Connection refused", None, None), "unit inactive", 1, 0)
+    return dataclasses.replace(probes, unit=unit, process=None, readiness=readiness)
+
+
+def test_a_stopped_unit_fails_active_process_and_ready_without_waiting():
+    profile, plan, snapshot, probes = converged()
+    snapshot = with_section(snapshot, "vllm", memory_limit_bytes=None)  # a stopped unit has no cgroup
+    failures = failed(check_host(profile, plan, snapshot, stopped(probes)))
+    assert list(failures) == ["unit active", "server process", "ready (/health)"]
+    assert "expected active/running; actual inactive/dead" in failures["unit active"]
+    assert "stopped waiting: unit inactive" in failures["ready (/health)"]
+    assert "systemctl start vllm.service" in failures["server process"]
+
+
+def test_an_edited_unit_file_fails_even_before_a_daemon_reload():
+    profile, plan, snapshot, probes = converged()
+    broken = with_section(snapshot, "vllm", unit_sha256="0" * 64)
+    unit = {**probes.unit, "NeedDaemonReload": "yes"}
+    failures = failed(check_host(profile, plan, broken, dataclasses.replace(probes, unit=unit)))
+    assert list(failures) == ["unit file"]
+    assert "actual edited or out of date, changed on disk since systemd loaded it" in failures["unit file"]
+    assert "pyinfra INVENTORY deploys/vllm_host.py --limit lab1" in failures["unit file"]
+
+
+def test_memory_directives_not_in_effect_fail():
+    profile, plan, snapshot, probes = converged()
+    unit = {**probes.unit, "MemoryMax": "infinity", "MemorySwapMax": "0"}
+    broken = with_section(snapshot, "vllm", memory_limit_bytes=None)
+    failures = failed(check_host(profile, plan, broken, dataclasses.replace(probes, unit=unit)))
+    assert set(failures) == {"MemoryMax", "MemorySwapMax", "memory limit in force"}
+    assert f"expected {plan.vllm.memory_max_bytes} (989M); actual infinity" in failures["MemoryMax"]
+
+
+def test_flags_in_effect_compare_the_running_argv_with_the_plan():
+    profile, plan, snapshot, probes = converged()
+    assert probes.process.argv[0] == "/usr/bin/python3"  # the stand-in is a script: /proc shows its interpreter
+    assert server_argv(probes.process.argv, plan.vllm.argv) == plan.vllm.argv
+    argv = tuple(word for word in probes.process.argv if word not in ("--max-model-len", "4096"))
+    process = dataclasses.replace(probes.process, argv=argv)
+    failures = failed(check_host(profile, plan, snapshot, dataclasses.replace(probes, process=process)))
+    assert list(failures) == ["flags in effect"]
+    assert "missing --max-model-len 4096" in failures["flags in effect"]
+
+
+def test_a_secret_in_argv_fails_and_is_never_printed():
+    profile, plan, snapshot, probes = converged()
+    process = dataclasses.replace(probes.process, argv=probes.process.argv + ("--api-key", SECRET))
+    results = check_host(profile, plan, snapshot, dataclasses.replace(probes, process=process))
+    failures = failed(results)
+    assert set(failures) == {"flags in effect", "API key not in argv"}
+    assert "present in argv" in failures["API key not in argv"]
+    assert not any(SECRET in r.message() or SECRET in r.expected or SECRET in r.actual for r in results)
+
+
+def test_a_server_running_as_root_or_with_another_key_fails():
+    profile, plan, snapshot, probes = converged()
+    process = dataclasses.replace(probes.process, uid=0, user="root", api_key_sha256="1" * 64)
+    failures = failed(check_host(profile, plan, snapshot, dataclasses.replace(probes, process=process)))
+    assert set(failures) == {"non-root user", "API key in effect"}
+    assert "expected vllm (not root); actual root (uid 0)" in failures["non-root user"]
+
+
+def test_a_server_that_never_became_ready_or_lacks_the_model_fails():
+    profile, plan, snapshot, probes = converged()
+    timeout = Readiness(Probe(503, "", None, None), "timeout", 90, 180)
+    failures = failed(check_host(profile, plan, snapshot, dataclasses.replace(probes, readiness=timeout)))
+    assert list(failures) == ["ready (/health)"]
+    assert "/health: HTTP 503 after 90 tries in 180s, gave up at the ready timeout" in failures["ready (/health)"]
+    wrong = Readiness(Probe(200, "", 200, ("other-model",)), "ready", 1, 0)
+    failures = failed(check_host(profile, plan, snapshot, dataclasses.replace(probes, readiness=wrong)))
+    assert "expected GET /v1/models lists Qwen/Qwen2.5-0.5B-Instruct; actual other-model" in failures[
+        "serves the model (/v1/models)"]
+
+
+def test_oom_kills_since_boot_fail_and_an_unreadable_log_is_not_clean():
+    profile, plan, snapshot, probes = converged()
+    kill = "Out of memory: Killed process 812 (python3) total-vm:2125472kB, anon-rss:1611204kB"
+    ooms = KernelLogOoms("journalctl", (kill,), 1)
+    failures = failed(check_host(profile, plan, snapshot, dataclasses.replace(probes, ooms=ooms)))
+    assert list(failures) == ["no OOM kills since boot"]
+    assert "1 OOM kills: " + kill in failures["no OOM kills since boot"]
+    unknown = dataclasses.replace(probes, ooms=KernelLogOoms(None))
+    assert "unknown" in failed(check_host(profile, plan, snapshot, unknown))["no OOM kills since boot"]
+
+
+def test_gpu_checks_follow_the_profile_policy():
+    _, plan, snapshot, probes = converged()
+    strict = profile_from_data("lab1", {**LAB_DATA, "gpu_required": True})
+    failures = failed(check_host(strict, plan, snapshot, probes))
+    assert set(failures) == {"GPU NVIDIA driver", "GPU GPU count"}
+    assert "install the NVIDIA driver" in failures["GPU NVIDIA driver"]
+
+
+def test_swap_must_be_on_nvme_unless_swap_dir_says_where():
+    profile, plan, snapshot, probes = converged()
+    storage = snapshot.storage
+    root_disk = tuple(dataclasses.replace(f, on_nvme=False) for f in storage.filesystems)
+    off_nvme = with_section(snapshot, "storage", filesystems=root_disk)
+    failures = failed(check_host(profile, plan, off_nvme, probes))
+    assert list(failures) == ["swap on NVMe"]
+    assert "actual /mnt/nvme (/dev/nvme0n1, ext4), not NVMe" in failures["swap on NVMe"]
+    chosen = profile_from_data("lab1", {**LAB_DATA, "swap_dir": "/mnt/nvme"})
+    assert failed(check_host(chosen, plan, off_nvme, probes)) == {}
+
+
+def test_swap_disabled_expects_no_hostkit_swap():
+    profile = profile_from_data("lab1", {**LAB_DATA, "swap_enabled": False})
+    _, _, snapshot, probes = converged()
+    plan = plan_host(profile, planning_facts(snapshot), host_name="lab1")
+    failures = failed(check_host(profile, plan, snapshot, probes))
+    assert failures["no stray hostkit swap"].startswith("no stray hostkit swap: expected no hostkit swap file")
+    assert SWAP in failures["no stray hostkit swap"]
+
+
+def test_vllm_disabled_has_no_vllm_checks():
+    profile = profile_from_data("lab1", {**LAB_DATA, "vllm_enabled": False})
+    _, _, snapshot, probes = converged()
+    plan = plan_host(profile, planning_facts(snapshot), host_name="lab1")
+    results = check_host(profile, plan, snapshot, Probes(ooms=probes.ooms))
+    assert not [r for r in results if r.area == "vllm"]
+
+
+@pytest.mark.parametrize("state", ["not-found", ""])
+def test_a_missing_unit_is_one_failure(state):
+    profile, plan, snapshot, probes = converged()
+    unit = {"LoadState": state} if state else {}
+    results = check_host(profile, plan, snapshot, Probes(ooms=probes.ooms, unit=unit))
+    assert [r.name for r in results if r.area == "vllm"] == ["unit installed"]

@@ -1,0 +1,84 @@
+"""A lab host's recorded snapshot and probe output, replayed through a fake testinfra host.
+
+fixtures/verify/debian12-converged.*.txt: the snapshot command's and the probe command's
+output on a Debian 12 lab host right after `deploys/vllm_host.py` with LAB_DATA below
+(the lab inventory's data when they were recorded) and the vLLM stand-in;
+debian12-broken.*.txt: the same host after swapoff, `sysctl -w vm.swappiness=60`,
+`systemctl stop vllm`, THP enabled set to always and RestartSec edited in the unit file.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from testinfra.backend.base import CommandResult
+
+from hostkit.facts.snapshot import MARKER as SNAPSHOT_MARKER
+from hostkit.facts.snapshot import HostSnapshotFact
+from hostkit.gather import planning_facts
+from hostkit.operations.kernel import render_sysctl_file, render_thp_unit
+from hostkit.operations.vllm_service import text_sha256
+from hostkit.planner import plan_host
+from hostkit.profile import profile_from_data
+from hostkit.verify.probes import MARKER as PROBE_MARKER
+from hostkit.vllm_unit import render_env, render_unit
+
+FIXTURES = Path(__file__).parent / "fixtures" / "verify"
+SECRET = "lab-secret-not-for-production"
+LAB_DATA = {
+    "gpu_required": False,
+    "nvme_device": "/dev/nvme0n1",
+    "swap_size": "1G",
+    "vllm_model": "Qwen/Qwen2.5-0.5B-Instruct",
+    "vllm_max_model_len": 4096,
+    "vllm_ready_timeout": 180,
+    "vllm_api_key": SECRET,
+}
+
+
+def recorded(name: str) -> list[str]:
+    return (FIXTURES / name).read_text().splitlines()
+
+
+def rendered_today(snapshot: list[str], keep_unit: bool = False) -> list[str]:
+    """A recorded snapshot with hostkit's rendered files (sysctl file, THP unit, vLLM unit
+    and environment file) as today's templates render them: a deploy writes what they render
+    now, and a template change is no verification bug. `keep_unit`: a unit file the recording
+    broke on purpose keeps its recorded hash."""
+    plan = plan_host(profile_from_data("lab1", LAB_DATA), planning_facts(HostSnapshotFact().process(snapshot)))
+    replacements = {
+        "sysctl.ours ": [f"sysctl.ours {line}" for line in render_sysctl_file(plan.kernel).splitlines()],
+        "thp.unit ": [f"thp.unit {line}" for line in render_thp_unit(plan.kernel).splitlines()],
+        "env_sha256=": [f"env_sha256={text_sha256(render_env(plan.vllm))}"],
+    }
+    if not keep_unit:
+        replacements["unit_sha256="] = [f"unit_sha256={text_sha256(render_unit(plan.vllm))}"]
+    out: list[str] = []
+    for line in snapshot:
+        prefix = next((p for p in replacements if line.startswith(p)), None)
+        if prefix is None:
+            out.append(line)
+        elif replacements[prefix] is not None:
+            out.extend(replacements[prefix])
+            replacements[prefix] = None  # a multi-line file is replaced once, at its first line
+    return out
+
+
+class FakeHost:
+    """A testinfra host whose `run` answers the snapshot and probe commands with recorded output."""
+
+    def __init__(self, error: Exception | None = None):
+        self.outputs = {
+            SNAPSHOT_MARKER: "\n".join(rendered_today(recorded("debian12-converged.snapshot.txt"))),
+            PROBE_MARKER: "\n".join(recorded("debian12-converged.probe.txt")),
+        }
+        self.error = error
+        self.commands: list[str] = []
+
+    def run(self, command: str, *args: str) -> CommandResult:
+        script = command % args if args else command
+        self.commands.append(args[0] if args else command)
+        if self.error is not None:
+            raise self.error
+        stdout = next(text for marker, text in self.outputs.items() if marker in script)
+        return CommandResult(backend=None, exit_status=0, command=script.encode(), _stdout=stdout, _stderr="")
