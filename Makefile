@@ -30,3 +30,9 @@ lab-down: install
 
 clean:
 	rm -rf $(VENV) .lab
+
+# Issue 11: hostkit against the equivalent Ansible playbook on fresh lab hosts (boots VMs;
+# takes a while). Prints a table, writes reports/bench.json. See bench/run.py.
+.PHONY: bench
+bench: install
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(PY) bench/run.py

@@ -13,7 +13,7 @@ from pyinfra.api.exceptions import PyinfraError
 
 from hostkit.facts.snapshot import snapshot
 from hostkit.gather import planning_facts
-from hostkit.operations import gpu, kernel, swap, vllm_service
+from hostkit.operations import gpu, kernel, lock, swap, vllm_service
 from hostkit.planner import PlanError, plan_host
 from hostkit.plans import HostPlan
 from hostkit.profile import HostProfile, ProfileError, validate_inventory
@@ -47,6 +47,7 @@ def current_plan() -> tuple[HostProfile, HostPlan]:
 @deploy("vLLM host")
 def vllm_host() -> None:
     profile, plan = current_plan()
+    lock.acquire_deploy_lock(name="Take the deploy lock", stale_after_s=lock.STALE_AFTER_S + profile.vllm_ready_timeout)
     # The GPU check comes first: nothing is (re)started on a host whose driver is broken.
     gpu.verify_gpu(name="Check the GPU driver", profile=profile)
     if plan.nvme is not None:
@@ -57,3 +58,4 @@ def vllm_host() -> None:
     if plan.vllm.enabled:
         vllm_service.vllm_service(name="vLLM systemd unit", plan=plan.vllm, profile=profile)
         vllm_service.vllm_ready(name="vLLM readiness gate", plan=plan.vllm, profile=profile)
+    lock.release_deploy_lock(name="Release the deploy lock")

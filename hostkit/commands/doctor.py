@@ -38,6 +38,8 @@ def doctor(inventory: str | None, local: bool, limit: tuple[str, ...], fmt: str,
 
 
 def _diagnose_inventory(inventory: str, limit: list[str], unit: str):
+    from pyinfra.api.exceptions import PyinfraError
+
     from hostkit.doctor.gather import gather_host
     from hostkit.doctor.rules import Finding, Severity, diagnose
     from hostkit.fleet import connected_hosts
@@ -56,19 +58,20 @@ def _diagnose_inventory(inventory: str, limit: list[str], unit: str):
         except ProfileError as error:
             invalid[name] = error
     diagnoses = []
-    with connected_hosts(inventory, limit or None) as hosts:
-        for host in hosts:
-            profile = profiles.get(host.name)
-            diagnosis = diagnose(
-                gather_host(host, unit, profile.vllm_command if profile else None), profile
-            )
-            if host.name in invalid:
-                diagnosis = replace(diagnosis, findings=diagnosis.findings + (Finding(
-                    "inventory-data-invalid", Severity.WARNING,
-                    f"This host's inventory data is invalid, so it was diagnosed without it:\n{invalid[host.name]}",
-                    "Fix the data (`hostkit plan` shows every issue).",
-                ),))
-            diagnoses.append(diagnosis)
+    try:
+        with connected_hosts(inventory, limit or None) as hosts:
+            for host in hosts:
+                profile = profiles.get(host.name)
+                diagnosis = diagnose(gather_host(host, unit, profile.vllm_command if profile else None), profile)
+                if host.name in invalid:
+                    diagnosis = replace(diagnosis, findings=(*diagnosis.findings, Finding(
+                        "inventory-data-invalid", Severity.WARNING,
+                        f"This host's inventory data is invalid, so it was diagnosed without it:\n{invalid[host.name]}",
+                        "Fix the data (`hostkit plan` shows every issue).",
+                    )))
+                diagnoses.append(diagnosis)
+    except PyinfraError:
+        pass  # pyinfra gives up when no host connects (or one fails mid-way): the rest count as unreachable
     reached = {diagnosis.inputs.host for diagnosis in diagnoses}
     unreachable = [name for name, _ in entries if name not in reached]
     return diagnoses, unreachable

@@ -13,8 +13,8 @@ The command prints tagged lines:
 - `/etc/sysctl.conf` itself the same way (`sysctl.conf-file`, `sysctl.conf-line`): procps
   `sysctl --system` applies it after every sysctl.d file, whether systemd-sysctl reads it
   or not;
-- `sysctl.live <path>=<value>` (whitespace squeezed) or `sysctl.missing <path>` for every
-  key that hostkit's file sets. Keys that hostkit's file does not set yet are not read:
+- `sysctl.live <path>=<value>` or `sysctl.missing <path>` for every key that hostkit's
+  file sets. Keys that hostkit's file does not set yet are not read:
   hostkit has to rewrite the file for them anyway, and that change applies and checks them.
 
 How systemd-sysctl reads these files (systemd src/sysctl/sysctl.c, conf-files.c): every

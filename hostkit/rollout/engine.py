@@ -107,9 +107,10 @@ def run_rollout(
             report.host(name).batch = record.index
     limit = settings.max_failed.limit(len(pending))
     sizes = ", ".join(str(len(hosts)) for hosts in batches)
+    rules = "no gate, nothing changed" if settings.dry else f"gate {settings.gate}; max failed {limit}"
     progress(
         f"{'dry run: ' if settings.dry else ''}{_plural(len(pending), 'host')} in {_plural(len(batches), 'batch')}"
-        f"{f' ({sizes})' if batches else ''}; gate {settings.gate}; max failed {limit}"
+        f"{f' ({sizes})' if batches else ''}; {rules}"
     )
 
     def save() -> None:

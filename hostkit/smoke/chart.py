@@ -33,7 +33,7 @@ def render_chart(run: SmokeRun, path: Path) -> None:
     fig.suptitle(f"{verdict}   {title}", fontsize=11, color="black" if run.ok else "firebrick", fontweight="bold")
 
     ax_ram.plot(t, [s.ram_used / GIB for s in samples], color="tab:blue", lw=2, label="host RAM used")
-    unit = [(x, s.unit_current / GIB) for x, s in zip(t, samples) if s.unit_current is not None]
+    unit = [(x, s.unit_current / GIB) for x, s in zip(t, samples, strict=True) if s.unit_current is not None]
     if unit:
         ax_ram.plot([x for x, _ in unit], [y for _, y in unit], color="tab:purple", lw=1.5, label="vLLM unit memory (cgroup)")
     ax_ram.axhline(ram.total / GIB, color="tab:blue", ls="--", lw=1, label=f"RAM total {ram.total / GIB:.1f} GiB")

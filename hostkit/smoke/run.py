@@ -12,6 +12,7 @@ from hostkit.smoke.load import LoadResult, run_load
 from hostkit.smoke.sampler import INTERVAL_S, MemorySample
 
 BASELINE_S = 2.0  # samples before the load: what "back to baseline" means
+BASELINE_WAIT_MAX_S = 60.0  # for the first samples to arrive before the load starts anyway
 TAIL_S = 2.0  # samples after the load even when swap never moved
 # Swap "came back" when what is left above the baseline is at most half of the rise, or noise.
 RECOVERY_FRACTION = 0.5
@@ -154,8 +155,11 @@ def smoke_run(url: str, base: str, model: str, *, concurrency: int, requests: in
 
 
 def _wait_for_samples(sampler: Sampler, seconds: float) -> None:
-    """Baseline time, counted from the first sample (an ssh connection takes a moment)."""
-    deadline = time.monotonic() + 30
+    """Baseline time, counted from the first sample (an ssh connection takes a moment), and at
+    least two samples: a loaded host may take seconds per sample."""
+    deadline = time.monotonic() + BASELINE_WAIT_MAX_S
     while not sampler.samples and time.monotonic() < deadline:
         time.sleep(0.1)
     time.sleep(seconds)
+    while len(sampler.samples) < 2 and time.monotonic() < deadline:
+        time.sleep(0.1)

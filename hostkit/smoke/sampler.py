@@ -23,6 +23,8 @@ from hostkit.plans import VLLM_UNIT
 INTERVAL_S = 0.5
 MAX_SAMPLES = 7200  # one hour at 0.5 s: the remote loop never outlives a forgotten run by much
 _MEMINFO_KEYS = ("MemTotal", "MemAvailable", "SwapTotal", "SwapFree")
+SSH_FAILED = 255  # ssh's own failure (connection refused or reset), as opposed to the command's status
+SSH_ATTEMPTS = 3
 
 
 @dataclass(frozen=True)
@@ -45,15 +47,20 @@ class MemorySample:
 
 
 def sampler_script(unit: str = VLLM_UNIT, interval: float = INTERVAL_S, max_samples: int = MAX_SAMPLES) -> str:
-    """Prints `s MemTotal:KB MemAvailable:KB SwapTotal:KB SwapFree:KB UNIT_CURRENT UNIT_SWAP` per sample."""
-    keys = "|".join(_MEMINFO_KEYS)
+    """Prints `s MemTotal:KB MemAvailable:KB SwapTotal:KB SwapFree:KB UNIT_CURRENT UNIT_SWAP` per sample.
+
+    Shell builtins only, apart from `sleep`: on a loaded host every fork delays the sample.
+    """
+    keys = "|".join(f"{key}:" for key in _MEMINFO_KEYS)
     return (
         f"cg=/sys/fs/cgroup$(systemctl show -p ControlGroup --value {shlex.quote(unit)} 2>/dev/null); i=0; "
         f"while [ $i -lt {max_samples} ]; do "
-        f"m=$(awk '/^({keys}):/ {{ printf \"%s%s \", $1, $2 }}' /proc/meminfo); "
-        "uc=$(cat \"$cg/memory.current\" 2>/dev/null) || uc=-; "
-        "us=$(cat \"$cg/memory.swap.current\" 2>/dev/null) || us=-; "
-        "echo \"s $m${uc:--} ${us:--}\" || exit 0; "
+        "line=s; "
+        f"while read -r key value rest; do case $key in {keys}) line=\"$line $key$value\";; esac; done < /proc/meminfo; "
+        "uc=-; us=-; "
+        "[ -r \"$cg/memory.current\" ] && read -r uc < \"$cg/memory.current\"; "
+        "[ -r \"$cg/memory.swap.current\" ] && read -r us < \"$cg/memory.swap.current\"; "
+        "echo \"$line $uc $us\" || exit 0; "
         f"sleep {interval}; i=$((i+1)); done"
     )
 
@@ -114,8 +121,11 @@ class SshSampler:
         return list(self.samples)
 
     def kernel_log(self) -> KernelLog:
-        result = subprocess.run([*self.ssh_argv, kernel_log_oom_command()], capture_output=True, text=True,
-                                timeout=120, check=False)
+        for _ in range(SSH_ATTEMPTS):
+            result = subprocess.run([*self.ssh_argv, kernel_log_oom_command()], capture_output=True, text=True,
+                                    timeout=120, check=False)
+            if result.returncode != SSH_FAILED:
+                break
         return parse_kernel_log(result.stdout.splitlines())
 
 

@@ -103,7 +103,7 @@ def test_doctor_on_the_provisioned_host(served):
     assert inputs["tuning"]["swappiness"] == 10
     unit = inputs["unit"]
     assert unit["active_state"] == "active" and unit["max_bytes"] and unit["peak_bytes"]
-    assert inputs["vllm"]["argv"][1] == "serve" and inputs["vllm"]["tree_rss_bytes"] > 0
+    assert "serve" in inputs["vllm"]["argv"] and inputs["vllm"]["tree_rss_bytes"] > 0
     assert host["vllm_settings"]["max_model_len"] == data["vllm_max_model_len"]
     assert host["vllm_settings"]["version_source"] == "inventory"  # the stand-in has no dist-info
     assert "memory-limit-missing" not in findings and "memory-limit-near-ram" not in findings

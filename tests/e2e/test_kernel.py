@@ -19,6 +19,7 @@ pytestmark = [pytest.mark.lab, pytest.mark.slow]
 KERNEL_DEPLOY = Path(__file__).parent / "kernel_deploy.py"
 OPERATIONS = ["Kernel memory sysctls", "Transparent hugepages"]
 SYSCTL = {"vm.swappiness": "10", "kernel.printk": "4 4 1 7"}
+REBOOT_TIMEOUT_S = 1200
 
 
 def kernel_state(lab_host) -> KernelState:
@@ -78,7 +79,8 @@ def test_kernel_tuning_end_to_end(lab_host_factory, run_deploy, os_name):
     assert run.changed_on(lab_host.name) == []
 
     # After a reboot: hostkit's file wins over 90-local.conf, and the THP unit ran before basic.target.
-    lab_host.reboot()
+    # The long timeout is for a busy lab machine: under qemu TCG a reboot there has taken 15 min.
+    lab_host.reboot(timeout=REBOOT_TIMEOUT_S)
     assert_effective(lab_host, "10", "defer")
     assert monotonic_activation(lab_host, THP_UNIT) <= monotonic_activation(lab_host, "basic.target")
     plan = KernelPlan(sysctl=SYSCTL, thp_enabled="madvise", thp_defrag="defer")

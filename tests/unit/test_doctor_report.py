@@ -84,3 +84,16 @@ def test_inventory_run_through_pyinfra_on_the_local_connector(tmp_path):
     codes = {finding["code"]: finding["severity"] for finding in host["findings"]}
     assert codes.get("no-swap") in (None, "info")  # swap_enabled: false in the inventory
     assert result.returncode == document["exit_code"]
+
+
+def test_unreachable_inventory_host_exits_3(tmp_path):
+    inventory = tmp_path / "inventory.py"
+    # Nothing listens on port 1 of loopback: the connection is refused at once.
+    inventory.write_text('hosts = [("gone", {"ssh_hostname": "127.0.0.1", "ssh_port": 1, "ssh_connect_retries": 0,'
+                         ' "vllm_enabled": False})]\n')
+    result = subprocess.run(
+        [sys.executable, "-c", "from hostkit.cli import main; main()", "doctor", str(inventory)],
+        capture_output=True, text=True, timeout=120, check=False,
+    )
+    assert result.returncode == 3, result.stderr[-2000:]
+    assert "== gone ==\n  UNREACHABLE" in result.stdout

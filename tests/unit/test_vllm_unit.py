@@ -585,3 +585,31 @@ def test_parse_check_command_cannot_check_a_non_python_command(tmp_path):
     p = plan(user="root", argv=[str(script), "serve", "m"])
     result = subprocess.run(["sh", "-c", ops.parse_check_command(p)], capture_output=True, text=True, timeout=60)
     assert ops._exit_status(result.stderr.splitlines()) == 4
+
+
+def recorded(name: str) -> VllmServiceState:
+    text = (Path(__file__).parent / "fixtures" / "vllm" / name).read_text()
+    return VllmServiceFact().process(text.splitlines())
+
+
+def test_recorded_serving_host_cgroup_v2():
+    """Recorded on a Debian 12 lab host (systemd 252, cgroup v2) serving the stand-in."""
+    state = recorded("fact-debian12-v2-serving.txt")
+    assert state.is_active and state.is_enabled and state.main_pid > 0
+    assert state.memory_limit_bytes == 1037041664 and state.memory_peak_bytes > 0 and state.oom_kills == 0
+    assert state.env_stat == ops.ENV_FILE_STAT and state.env_dir_stat == ops.ENV_DIR_STAT
+    assert state.probe.serves("lab-model")
+
+
+def test_recorded_serving_host_cgroup_v1():
+    state = recorded("fact-debian12-v1-serving.txt")
+    assert state.is_active and state.memory_limit_bytes == 1037041664 and state.memory_peak_bytes == 17051648
+    assert ops.memory_limit_problem(plan(cgroup_version=1, memory_max_bytes=1037041664), state) is None
+
+
+def test_recorded_host_without_the_unit_needs_install_and_start():
+    state = recorded("fact-debian12-v1-no-unit.txt")
+    assert (state.unit_sha256, state.env_stat, state.memory_limit_bytes) == (None, None, None)
+    assert state.probe.health is None and not state.command_executable
+    found = changes(state)
+    assert found.install_unit and found.write_env and found.enable and found.restart and not found.create_user
