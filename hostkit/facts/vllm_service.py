@@ -27,7 +27,7 @@ _UNIT_PROPERTIES = (
 
 @dataclass(frozen=True)
 class ServiceTarget:
-    """Which service user, command and address the fact looks at."""
+    """Which service user, command and address the fact looks at (the command only identifies the target)."""
 
     user: str = "vllm"
     command: str = "/opt/vllm/bin/vllm"
@@ -62,8 +62,6 @@ class FileStat:
 class VllmServiceState:
     target: ServiceTarget
     user_uid: int | None  # None: the service user does not exist
-    user_group: str | None
-    command_executable: bool
     unit_sha256: str | None  # of UNIT_PATH; None: not installed
     env_sha256: str | None
     env_stat: FileStat | None
@@ -134,8 +132,6 @@ class VllmServiceFact(FactBase):
             f"echo target={shlex.quote(described)}",
             f"user={shlex.quote(target.user)}",
             'echo "uid=$(id -u -- "$user" 2>/dev/null)"',
-            'echo "group=$(id -gn -- "$user" 2>/dev/null)"',
-            f"[ -x {shlex.quote(target.command)} ] && echo command_executable=yes",
             f'echo "unit_sha256=$(sha256sum {UNIT_PATH} 2>/dev/null | cut -d" " -f1)"',
             f'echo "env_sha256=$(sha256sum {VLLM_ENV_FILE} 2>/dev/null | cut -d" " -f1)"',
             f'echo "env_stat=$(stat -c "%a %U %G" {VLLM_ENV_FILE} 2>/dev/null)"',
@@ -174,8 +170,6 @@ class VllmServiceFact(FactBase):
         return VllmServiceState(
             target=target,
             user_uid=_int(values.get("uid") or None),
-            user_group=values.get("group") or None,
-            command_executable=values.get("command_executable") == "yes",
             unit_sha256=values.get("unit_sha256") or None,
             env_sha256=values.get("env_sha256") or None,
             env_stat=FileStat.parse(values.get("env_stat", "")),

@@ -43,6 +43,27 @@ def run_sh(script: str) -> list[str]:
     return result.stdout.splitlines()
 
 
+def orphan(seconds: float) -> int:
+    """A process naming the marker whose parent is gone, like the commands of a killed run
+    (a child of this test would count as the probe's own: pytest is the probe's ancestor)."""
+    script = f"sh -c 'sleep {seconds}; : {MARKER} swap dd' > /dev/null 2>&1 & echo $!"
+    return int(run_sh(script)[0])
+
+
+def running(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def kill(pid: int) -> None:
+    try:
+        os.kill(pid, 9)
+    except ProcessLookupError:
+        pass
+
+
 def probe(owner_: LockOwner, replace: str | None = None) -> LockProbe:
     return LockProbe.parse(run_sh(lock.acquire_command(owner_, replace=replace)))
 
@@ -145,15 +166,13 @@ def test_of_many_simultaneous_runs_exactly_one_acquires(lock_dir):
 
 
 def test_commands_of_an_earlier_run_are_listed_but_not_the_lock_command_itself():
-    # Not a lone command: sh would exec it, and the marker would leave the command line.
-    leftover = subprocess.Popen(["sh", "-c", f"sleep 30; : {MARKER} swap dd"])
+    leftover = orphan(30)
     try:
         found = probe(owner())
-        assert [line.split(" ", 1)[0] for line in found.leftovers] == [str(leftover.pid)]
+        assert [line.split(" ", 1)[0] for line in found.leftovers] == [str(leftover)]
         assert f"sleep 30; : {MARKER} swap dd" in found.leftovers[0]
     finally:
-        leftover.kill()
-        leftover.wait()
+        kill(leftover)
     assert probe(owner("b")).leftovers == ()
 
 
@@ -252,29 +271,27 @@ def test_a_takeover_waits_for_the_earlier_runs_commands(lock_dir, monkeypatch):
     lock_dir.mkdir()
     (lock_dir / "deploy.lock").write_text(owner(controller="elsewhere").line() + "\n")
     os.utime(lock_dir / "deploy.lock", (1, 1))  # ancient: stale
-    leftover = subprocess.Popen(["sh", "-c", f"sleep 1.5; : {MARKER} swap dd"])
+    leftover = orphan(1.5)
     try:
         fake = LocalHost()
         assert run_op(fake, lock.acquire_deploy_lock, leftover_wait_s=60) == []
-        assert leftover.poll() is not None, "the lock was taken while the earlier command ran"
+        assert not running(leftover), "the lock was taken while the earlier command ran"
         assert any("waiting for 1 command(s) of the earlier run" in line for line in fake.logged)
     finally:
-        leftover.kill()
-        leftover.wait()
+        kill(leftover)
 
 
 def test_a_takeover_gives_up_on_commands_that_do_not_end(lock_dir):
     lock_dir.mkdir()
     (lock_dir / "deploy.lock").write_text(owner(controller="elsewhere").line() + "\n")
     os.utime(lock_dir / "deploy.lock", (1, 1))
-    leftover = subprocess.Popen(["sh", "-c", f"sleep 30; : {MARKER} swap dd"])
+    leftover = orphan(30)
     try:
         message = refusal(run_op(LocalHost(), lock.acquire_deploy_lock, leftover_wait_s=0))
-        assert "commands of an earlier run still run after 0s" in message and str(leftover.pid) in message
+        assert "commands of an earlier run still run after 0s" in message and str(leftover) in message
         assert LockOwner.parse((lock_dir / "deploy.lock").read_text()).controller == "elsewhere"
     finally:
-        leftover.kill()
-        leftover.wait()
+        kill(leftover)
 
 
 def test_a_host_that_fails_part_way_releases_its_lock(lock_dir):

@@ -65,8 +65,6 @@ def converged(p: VllmPlan = PLAN, **changes) -> VllmServiceState:
     state = VllmServiceState(
         target=ServiceTarget.from_plan(p),
         user_uid=999,
-        user_group="vllm",
-        command_executable=True,
         unit_sha256=ops.text_sha256(render_unit(p)),
         env_sha256=ops.text_sha256(render_env(p)),
         env_stat=ops.ENV_FILE_STAT,
@@ -80,7 +78,7 @@ def converged(p: VllmPlan = PLAN, **changes) -> VllmServiceState:
 
 
 FRESH = VllmServiceState(
-    target=ServiceTarget.from_plan(PLAN), user_uid=None, user_group=None, command_executable=True,
+    target=ServiceTarget.from_plan(PLAN), user_uid=None,
     unit_sha256=None, env_sha256=None, env_stat=None, env_dir_stat=None,
     unit={"LoadState": "not-found", "ActiveState": "inactive", "SubState": "dead", "UnitFileState": ""},
 )
@@ -480,8 +478,6 @@ def test_probe_parsing():
 FACT_OUTPUT = """\
 target=["vllm", "/opt/vllm/bin/vllm", "0.0.0.0", 8000]
 uid=999
-group=vllm
-command_executable=yes
 unit_sha256=abc
 env_sha256=def
 env_stat=600 root root
@@ -506,7 +502,7 @@ probe={"health": 200, "error": "", "models_status": 200, "models": ["qwen-small"
 def test_fact_parses_its_output():
     state = VllmServiceFact().process(FACT_OUTPUT.splitlines())
     assert state.target == ServiceTarget()
-    assert (state.user_uid, state.user_group, state.command_executable) == (999, "vllm", True)
+    assert state.user_uid == 999
     assert state.env_stat == FileStat("600", "root", "root")
     assert state.is_active and state.is_enabled and not state.need_daemon_reload
     assert (state.main_pid, state.n_restarts, state.active_enter_monotonic) == (1234, 2, 98765432)
@@ -535,7 +531,7 @@ def test_fact_follows_the_profile():
         vllm_user, vllm_command, vllm_host, vllm_port = "svc", "/srv/vllm", "::", 9000
 
     command = VllmServiceFact().command(profile=Profile())
-    assert "user=svc" in command and "[ -x /srv/vllm ]" in command and "::1 9000" in command
+    assert "user=svc" in command and '"/srv/vllm"' in command and "::1 9000" in command
 
 
 # -- remote checks, run here -----------------------------------------------------------------------
@@ -610,6 +606,6 @@ def test_recorded_serving_host_cgroup_v1():
 def test_recorded_host_without_the_unit_needs_install_and_start():
     state = recorded("fact-debian12-v1-no-unit.txt")
     assert (state.unit_sha256, state.env_stat, state.memory_limit_bytes) == (None, None, None)
-    assert state.probe.health is None and not state.command_executable
+    assert state.probe.health is None
     found = changes(state)
     assert found.install_unit and found.write_env and found.enable and found.restart and not found.create_user

@@ -1,0 +1,5 @@
+"""`python -m hostkit`: the same as the `hostkit` command."""
+
+from hostkit.cli import main
+
+main()

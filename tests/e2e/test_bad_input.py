@@ -1,0 +1,181 @@
+"""Bad inventory data, end to end: each case is its own `pyinfra INVENTORY deploys/vllm_host.py`
+run against one fresh lab host, and each must exit non-zero, name the host and the key, and
+leave the host as it was.
+
+A fresh host is the strictest witness: any case hostkit failed to refuse would make swap,
+sysctl, THP and unit changes that the state digest shows. The digest (fstab, sysctl.d,
+systemd units, /proc/swaps, THP, /run/vllm-hostkit) is one ssh command, taken before all
+cases, after all cases, and right after a few spot-check cases. The CLI runs go four at
+a time: every case fails while pyinfra prepares, before any command that changes a host.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+from dataclasses import dataclass, field
+
+import pytest
+
+from tests.e2e.conftest import UNSET
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    data: dict
+    key: str  # the key the message must name
+    says: str = ""  # and a phrase that shows it was refused for the right reason
+    spot_check: bool = False
+
+
+# The lab data (inventories/lab.py) is valid; each case changes it in one way.
+CASES = [
+    # wrong types
+    Case("swap_enabled-string", {"swap_enabled": "yes"}, "swap_enabled", "true or false"),
+    Case("vllm_port-string", {"vllm_port": "8000"}, "vllm_port", "1-65535", spot_check=True),
+    Case("gpu_tolerated_xids-strings", {"gpu_tolerated_xids": ["79"]}, "gpu_tolerated_xids", "Xid numbers"),
+    Case("sysctl-not-a-mapping", {"sysctl": "vm.swappiness=10"}, "sysctl", "mapping of sysctl names"),
+    Case("vllm_env-list-value", {"vllm_env": {"HF_HOME": ["/a"]}}, "vllm_env['HF_HOME']", "a string or number"),
+    # out-of-range values
+    Case("swap_priority-too-high", {"swap_priority": 40000}, "swap_priority", "0-32767"),
+    Case("swap_priority-negative", {"swap_priority": -1}, "swap_priority", "0-32767"),
+    Case("vllm_port-too-high", {"vllm_port": 70000}, "vllm_port", "1-65535"),
+    Case("gpu_memory_utilization-above-1", {"vllm_gpu_memory_utilization": 1.5}, "vllm_gpu_memory_utilization",
+         "(0, 1]"),
+    Case("max_num_seqs-zero", {"vllm_max_num_seqs": 0}, "vllm_max_num_seqs", ">= 1"),
+    Case("gpu_count-zero", {"gpu_count": 0}, "gpu_count", ">= 1"),
+    Case("ready_timeout-zero", {"vllm_ready_timeout": 0}, "vllm_ready_timeout", ">= 1"),
+    Case("thp_enabled-unknown", {"thp_enabled": "sometimes"}, "thp_enabled", "'always', 'madvise' or 'never'"),
+    Case("thp_defrag-unknown", {"thp_defrag": "lazy"}, "thp_defrag", "'defer+madvise'"),
+    Case("sysctl_conflicts-unknown", {"sysctl_conflicts": "ignore"}, "sysctl_conflicts", "'error' or 'warn'"),
+    Case("hardening-unknown", {"vllm_hardening": "paranoid"}, "vllm_hardening", "'standard' or 'strict'"),
+    # bad sizes
+    Case("swap_size-word", {"swap_size": "lots"}, "swap_size", "binary size"),
+    Case("swap_size-bare-number", {"swap_size": 1024}, "swap_size", "a bare number is ambiguous"),
+    Case("swap_size-below-1G", {"swap_size": "512M"}, "swap_size", "below 1G", spot_check=True),
+    Case("swap_size-does-not-fit", {"swap_size": "500G"}, "swap_size", "does not fit in /mnt/nvme"),
+    Case("memory_max-bad-unit", {"vllm_memory_max": "48Q"}, "vllm_memory_max", "binary size"),
+    Case("memory_high-above-max", {"vllm_memory_max": "1G", "vllm_memory_high": "2G"}, "vllm_memory_high",
+         "at most vllm_memory_max"),
+    # paths and devices
+    Case("swap_dir-relative", {"swap_dir": "var/swap"}, "swap_dir", "absolute directory path", spot_check=True),
+    Case("swap_dir-on-tmpfs", {"swap_dir": "/dev/shm"}, "swap_dir", "cannot hold a swap file"),
+    Case("nvme_mount-root", {"nvme_mount": "/"}, "nvme_mount", "other than /"),
+    Case("nvme_device-not-a-dev-path", {"nvme_device": "nvme0n1"}, "nvme_device", "under /dev/"),
+    Case("nvme_device-absent", {"nvme_device": "/dev/nvme9n1"}, "nvme_device", "is not on this host"),
+    Case("vllm_command-relative", {"vllm_command": "vllm"}, "vllm_command", "absolute path"),
+    # vLLM settings the release or the model refuses
+    Case("model-missing", {"vllm_model": UNSET}, "vllm_model", "required when vllm_enabled is true",
+         spot_check=True),
+    Case("flag-unknown-to-version", {"vllm_extra_args": {"--no-such-flag": True}},
+         "vllm_extra_args['--no-such-flag']", "vLLM 0.33.0 has no --no-such-flag"),
+    Case("flag-removed-in-version", {"vllm_version": "0.20.0", "vllm_swap_space": 4}, "vllm_swap_space",
+         "removed in"),
+    Case("flag-owned-by-hostkit", {"vllm_extra_args": {"--max-num-seqs": 8}}, "vllm_extra_args['--max-num-seqs']",
+         "set vllm_max_num_seqs instead"),
+    Case("batched-tokens-below-seqs", {"vllm_max_num_seqs": 256, "vllm_max_num_batched_tokens": 128},
+         "vllm_max_num_batched_tokens", "at least vllm_max_num_seqs (256)", spot_check=True),
+    Case("tp-does-not-divide-heads", {"vllm_tensor_parallel_size": 3}, "vllm_tensor_parallel_size",
+         "a divisor of 14"),
+    Case("model_len-beyond-model", {"vllm_max_model_len": 1_000_000}, "vllm_max_model_len", "at most 32768"),
+    Case("dtype-unknown", {"vllm_dtype": "float13"}, "vllm_dtype", "float13"),
+    Case("version-too-old", {"vllm_version": "0.1.0"}, "vllm_version", "at least"),
+    Case("version-not-a-version", {"vllm_version": "latest"}, "vllm_version", "a vLLM release"),
+    Case("user-root", {"vllm_user": "root"}, "vllm_user", "non-root user"),
+    Case("api-key-in-env", {"vllm_env": {"VLLM_API_KEY": "sk-e2e-should-not-show"}}, "vllm_env['VLLM_API_KEY']",
+         "set vllm_api_key"),
+    # typos in keys
+    Case("typo-swap_szie", {"swap_szie": "8G"}, "swap_szie", "did you mean swap_size?", spot_check=True),
+    Case("typo-vllm_modle", {"vllm_modle": "Qwen/Qwen2.5-0.5B-Instruct"}, "vllm_modle", "did you mean vllm_model?"),
+]
+PARALLEL_RUNS = 4
+
+# One ssh command: a digest line per piece of state a deploy may change.
+STATE_DIGEST = r"""
+for path in /etc/fstab /etc/sysctl.d /etc/systemd/system /etc/vllm-hostkit /run/vllm-hostkit; do
+  if [ -e "$path" ]; then
+    echo "$path $(find "$path" -xdev \( -type f -o -type l \) -printf '%p %m %U %l\n' -exec sha256sum {} + 2>/dev/null \
+      | sort | sha256sum | cut -c1-16)"
+  else
+    echo "$path absent"
+  fi
+done
+echo "swaps $(tail -n +2 /proc/swaps | awk '{print $1, $3}' | tr '\n' ' ')"
+echo "thp $(cat /sys/kernel/mm/transparent_hugepage/enabled) / $(cat /sys/kernel/mm/transparent_hugepage/defrag)"
+echo "swappiness $(cat /proc/sys/vm/swappiness)"
+echo "vllm $(systemctl is-active vllm.service 2>&1) $(id -u vllm 2>&1 | head -c 20)"
+"""
+
+
+def state_digest(lab_host) -> str:
+    result = lab_host.ssh(STATE_DIGEST)
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+@dataclass
+class Outcome:
+    returncode: int
+    output: str
+    digest_after: str | None = None
+
+
+@dataclass
+class Campaign:
+    host_name: str
+    before: str
+    after: str
+    outcomes: dict[str, Outcome] = field(default_factory=dict)
+
+
+@pytest.fixture(scope="module")
+def campaign(shared_lab_host, tmp_path_factory) -> Campaign:
+    """Every case run once against one host, the digests taken around them."""
+    from tests.e2e.conftest import MAIN_DEPLOY, REPO, lab_data
+    from hostkit.pyinfra_runner import run_pyinfra, write_inventory
+
+    directory = tmp_path_factory.mktemp("bad-input")
+    before = state_digest(shared_lab_host)
+
+    def run(case: Case) -> tuple[str, Outcome]:
+        data = {**shared_lab_host.pyinfra_data(), **lab_data(), **case.data}
+        data = {key: value for key, value in data.items() if value is not UNSET}
+        inventory = write_inventory(directory / f"{case.id}.py", [(shared_lab_host.name, data)])
+        run = run_pyinfra(inventory, MAIN_DEPLOY, cwd=REPO, timeout=600)
+        outcome = Outcome(run.returncode, run.output)
+        if case.spot_check:
+            outcome.digest_after = state_digest(shared_lab_host)
+        return case.id, outcome
+
+    with concurrent.futures.ThreadPoolExecutor(PARALLEL_RUNS) as pool:
+        outcomes = dict(pool.map(run, CASES))
+    return Campaign(shared_lab_host.name, before, state_digest(shared_lab_host), outcomes)
+
+
+def test_the_lab_data_itself_is_valid():
+    """Each case breaks exactly one thing: the data it starts from must pass validation."""
+    from hostkit.profile import profile_from_data
+    from tests.e2e.conftest import lab_data
+
+    profile_from_data("lab", lab_data())
+
+
+def test_at_least_30_cases():
+    assert len(CASES) >= 30 and len({case.id for case in CASES}) == len(CASES)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[case.id for case in CASES])
+def test_bad_input_is_refused_naming_host_and_key(campaign, case):
+    outcome = campaign.outcomes[case.id]
+    assert outcome.returncode != 0, outcome.output[-3000:]
+    assert f"host {campaign.host_name}: {case.key}" in outcome.output, outcome.output[-3000:]
+    assert case.says in outcome.output, outcome.output[-3000:]
+    assert "nothing was changed on any host" in outcome.output
+    assert "sk-e2e-should-not-show" not in outcome.output  # refusals mask secrets too
+    if case.spot_check:
+        assert outcome.digest_after == campaign.before
+    assert campaign.after == campaign.before
+
+
+def test_the_host_is_unchanged_after_all_cases(campaign):
+    assert campaign.after == campaign.before, f"before:\n{campaign.before}\nafter:\n{campaign.after}"

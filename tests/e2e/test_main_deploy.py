@@ -1,0 +1,40 @@
+"""The whole loop on one fresh lab host: the main deploy, a no-change rerun, a reboot, verify."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from hostkit.pyinfra_runner import write_inventory
+from tests.standin.install import install_standin
+
+from conftest import REPO, lab_data
+
+
+@pytest.mark.slow
+def test_deploy_converges_reruns_without_change_and_survives_a_reboot(lab_host, run_deploy, tmp_path):
+    install_standin(lab_host)
+
+    first = run_deploy(lab_host)
+    assert first.ok, first.output[-4000:]
+    assert "vLLM host | Swap file on NVMe" in first.changed
+
+    second = run_deploy(lab_host)
+    assert second.ok, second.output[-4000:]
+    assert second.changed == [], f"a rerun changed: {second.changed}"
+
+    lab_host.reboot()
+
+    inventory = write_inventory(tmp_path / "verify_inventory.py",
+                                [(lab_host.name, {**lab_host.pyinfra_data(), **lab_data()})])
+    verify = subprocess.run(
+        [sys.executable, "-m", "hostkit", "verify", str(inventory), "--format", "json"],
+        capture_output=True, text=True, cwd=REPO, timeout=900,
+    )
+    assert verify.returncode == 0, verify.stdout[-4000:] + verify.stderr[-2000:]
+    report = json.loads(verify.stdout)
+    assert report, "verify reported no host"
+
+    after_reboot = run_deploy(lab_host)
+    assert after_reboot.ok and after_reboot.changed == [], after_reboot.changed
