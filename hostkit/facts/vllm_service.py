@@ -139,8 +139,9 @@ class VllmServiceFact(FactBase):
             f"systemctl show {VLLM_UNIT} {properties} 2>/dev/null | sed 's/^/unit./'",
             f"cg=$(systemctl show -p ControlGroup --value {VLLM_UNIT} 2>/dev/null)",
             'if [ -n "$cg" ]; then',
-            '  for f in /sys/fs/cgroup$cg/memory.max /sys/fs/cgroup$cg/memory.peak'
-            ' /sys/fs/cgroup/memory$cg/memory.limit_in_bytes /sys/fs/cgroup/memory$cg/memory.max_usage_in_bytes; do',
+            # v2 files, then v1's (memory controller hierarchy).
+            "  for f in /sys/fs/cgroup$cg/memory.max /sys/fs/cgroup$cg/memory.peak \\",
+            "    /sys/fs/cgroup/memory$cg/memory.limit_in_bytes /sys/fs/cgroup/memory$cg/memory.max_usage_in_bytes; do",
             '    [ -r "$f" ] && echo "cgroup.${f##*/}=$(cat "$f")"',
             "  done",
             '  for f in /sys/fs/cgroup$cg/memory.events /sys/fs/cgroup/memory$cg/memory.oom_control; do',

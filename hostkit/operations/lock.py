@@ -208,10 +208,12 @@ class _ReleaseOnError(BaseStateCallback):
     @staticmethod
     def operation_host_error(state: State, host: Host, op_hash, retry_attempt: int = 0, max_retries: int = 0):
         owner = getattr(host, _HELD_ATTR, None)
-        if owner is None or state.get_op_data_for_host(host, op_hash).global_arguments.get("_ignore_errors"):
+        arguments = state.get_op_data_for_host(host, op_hash).global_arguments
+        if owner is None or arguments.get("_ignore_errors"):
             return
+        connector_arguments = {key: arguments[key] for key in CONNECTOR_ARGUMENT_KEYS if key in arguments}
         try:
-            host.run_shell_command(StringCommand(release_command(owner)))
+            host.run_shell_command(StringCommand(release_command(owner)), **connector_arguments)
         except Exception as error:  # the failure may be the connection itself
             logger.warning(f"[{host.name}] deploy lock not released ({error}); the next run takes it over")
         setattr(host, _HELD_ATTR, None)
@@ -236,7 +238,7 @@ def acquire_deploy_lock(stale_after_s: int = STALE_AFTER_S, leftover_wait_s: int
     connector_arguments = _connector_arguments(host)
     owner = LockOwner.for_this_run(host.name)
     deadline = time.monotonic() + leftover_wait_s
-    announced = False
+    announced = waiting = False
     try:
         probe = _probe(host, acquire_command(owner), connector_arguments)
         while not probe.acquired:
@@ -260,7 +262,9 @@ def acquire_deploy_lock(stale_after_s: int = STALE_AFTER_S, leftover_wait_s: int
                 message = f"commands of an earlier run still run after {leftover_wait_s}s: {listed}"
                 yield FunctionCommand(refuse_host, (message,), {})
                 return
-            host.log(f"deploy lock: waiting for {len(probe.leftovers)} command(s) of the earlier run to end")
+            if not waiting:
+                host.log(f"deploy lock: waiting for {len(probe.leftovers)} command(s) of the earlier run to end")
+                waiting = True
             time.sleep(LEFTOVER_POLL_S)
             probe = _probe(host, acquire_command(owner), connector_arguments)
     except ValueError as error:

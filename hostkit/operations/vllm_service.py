@@ -31,12 +31,24 @@ from io import StringIO
 from typing import Any
 
 from pyinfra import host, logger
-from pyinfra.api import FileUploadCommand, FunctionCommand, Host, State, StringCommand, operation
+from pyinfra.api import (
+    FileUploadCommand,
+    FunctionCommand,
+    Host,
+    State,
+    StringCommand,
+    operation,
+)
 from pyinfra.api.arguments import CONNECTOR_ARGUMENT_KEYS
 from pyinfra.api.exceptions import OperationValueError
 
 from hostkit.facts.snapshot import mark_changed, snapshot
-from hostkit.facts.vllm_service import FileStat, ServiceTarget, VllmServiceFact, VllmServiceState
+from hostkit.facts.vllm_service import (
+    FileStat,
+    ServiceTarget,
+    VllmServiceFact,
+    VllmServiceState,
+)
 from hostkit.plans import VLLM_ENV_FILE, VLLM_UNIT, VllmPlan
 from hostkit.readiness import Observation, wait_until_ready
 from hostkit.vllm_unit import (
@@ -153,7 +165,7 @@ def verify_problems(ok: bool, output_lines: list[str], path: str = VERIFY_PATH) 
     values "ignoring") exit 0 but mean a directive would silently not apply: refuse them."""
     ours = [
         line for line in output_lines
-        if (line.startswith(path) or line.startswith(f"{VLLM_UNIT}:"))
+        if line.startswith((path, f"{VLLM_UNIT}:"))
         and not any(warning in line for warning in _TOLERATED_WARNINGS)
     ]
     if not ok:
@@ -188,9 +200,9 @@ def _connector_arguments(op_host: Host) -> dict[str, Any]:
     return {key: arguments[key] for key in CONNECTOR_ARGUMENT_KEYS if key in arguments}
 
 
-def _log_lines(op_host: Host, lines: list[str], colour: str = "red") -> None:
+def _log_lines(op_host: Host, lines: list[str]) -> None:
     for line in lines:
-        op_host.log_styled(f"  {line}", fg=colour, log_func=logger.error)
+        op_host.log_styled(f"  {line}", fg="red", log_func=logger.error)
 
 
 def check_unit_file(state: State, host: Host, connector_arguments: dict[str, Any]) -> bool:

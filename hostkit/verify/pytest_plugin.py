@@ -60,6 +60,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[_REPORTS] = {}
 
 
+# Before xdist's own hook, which turns xdist_group marks into the groups it schedules by.
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if _TARGETS not in config.stash:
         return

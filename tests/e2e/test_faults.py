@@ -35,12 +35,20 @@ BASE = {
 
 @pytest.fixture(scope="module")
 def host(shared_lab_host):
+    sh(shared_lab_host, "systemctl is-system-running --wait > /dev/null || true")  # boot finished
     install_standin(shared_lab_host)
     return shared_lab_host
 
 
 def sh(lab_host, command: str) -> str:
-    return lab_host.ssh(command, check=True).stdout
+    """`command`'s output; a loaded lab machine sometimes times out the ssh banner (exit 255)."""
+    for _ in range(6):
+        result = lab_host.ssh(command)
+        if result.returncode != 255:
+            break
+        time.sleep(5)
+    assert result.returncode == 0, f"{command}: {result.stderr}"
+    return result.stdout
 
 
 def start_deploy(lab_host, tmp_path, name: str, **data) -> subprocess.Popen:
@@ -71,7 +79,8 @@ def assert_converged(run_deploy, lab_host, swap_bytes: int = GIB, **data) -> Non
     fstab = sh(lab_host, "cat /etc/fstab")
     for fields in (line.split() for line in fstab.splitlines()):
         if len(fields) >= 3 and fields[2] == "swap" and not fields[0].startswith("#"):
-            assert lab_host.ssh(f"test -f {fields[0]}").returncode == 0, f"fstab names missing swap file {fields[0]}"
+            assert sh(lab_host, f"test -f {fields[0]} && echo yes || echo no").strip() == "yes", \
+                f"fstab names a missing swap file {fields[0]}"
     swaps = sh(lab_host, "tail -n +2 /proc/swaps").split()
     assert swaps[0] == SWAP and abs(int(swaps[2]) * 1024 - swap_bytes) <= 8192, swaps
     assert sh(lab_host, f"stat -c '%s %a' {SWAP}").split() == [str(swap_bytes), "600"]

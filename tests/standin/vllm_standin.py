@@ -40,7 +40,7 @@ LIB_DIR = os.environ.get("VLLM_STANDIN_LIB") or os.path.join(os.path.dirname(HER
 if os.path.isdir(os.path.join(LIB_DIR, "hostkit")):
     sys.path.insert(0, LIB_DIR)
 
-from hostkit.vllm_flags import flags_for  # noqa: E402  (hostkit's flag data, see above)
+from hostkit.vllm_flags import flags_for
 
 _HUMAN_INT = re.compile(r"^\d+(\.\d+)?[kKmMgGtT]?$")
 _held_memory = []  # what VLLM_STANDIN_ALLOCATE_MB allocated: kept alive while serving
@@ -230,7 +230,7 @@ class Handler(BaseHTTPRequestHandler):
 
 
 def metrics(state):
-    label = '{model_name="%s"}' % state["served"]
+    label = f'{{model_name="{state["served"]}"}}'
     with open("/proc/self/statm") as statm:
         rss = int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
     rows = [

@@ -153,7 +153,7 @@ def serving(standins, tmp_path):
 
 
 def test_serves_vllms_endpoints_after_loading(serving):
-    process, port, env_file = serving
+    process, port, _ = serving
     base = f"http://127.0.0.1:{port}"
     with pytest.raises(OSError):
         socket.create_connection(("127.0.0.1", port), timeout=1).close()  # not bound while loading

@@ -6,6 +6,7 @@ except in the test of an unreachable host, which really tries to connect.
 
 from __future__ import annotations
 
+import re
 import shutil
 import socket
 from importlib.metadata import entry_points
@@ -125,3 +126,18 @@ def test_report_fixture_carries_the_plan_expectations(checks_dir, replay):
     result = checks_dir.runpytest_inprocess(*_plugin_args(), "--pyinfra-inventory", str(inventory), "test_mine.py")
     result.assert_outcomes(passed=1)
 
+
+
+def test_xdist_loadgroup_keeps_each_host_on_one_worker(checks_dir):
+    inventory = _inventory(checks_dir, ["gpu-01", "gpu-02"])
+    result = checks_dir.runpytest_subprocess(*_plugin_args(), "--pyinfra-inventory", str(inventory), "-v",
+                                             "-n", "2", "--dist", "loadgroup", "-p", "no:cacheprovider")
+    workers: dict[str, set[str]] = {}
+    for line in result.stdout.lines:
+        match = re.search(r"\[(gw\d+)\].*\[paramiko://([\w-]+)\]@([\w-]+)", line)
+        if match:
+            worker, host, group = match.groups()
+            assert group == host
+            workers.setdefault(host, set()).add(worker)
+    assert sorted(workers) == ["gpu-01", "gpu-02"]
+    assert all(len(used) == 1 for used in workers.values()), workers

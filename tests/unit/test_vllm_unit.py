@@ -15,12 +15,17 @@ from pathlib import Path
 
 import pytest
 from pydantic import SecretStr
-from pyinfra.api import FileUploadCommand, FunctionCommand, StringCommand
+from pyinfra.api import FileUploadCommand, FunctionCommand
 from pyinfra.api.exceptions import OperationValueError
 from pyinfra.context import ctx_host
 
 from hostkit.facts.snapshot import HostSnapshot
-from hostkit.facts.vllm_service import FileStat, ServiceTarget, VllmServiceFact, VllmServiceState
+from hostkit.facts.vllm_service import (
+    FileStat,
+    ServiceTarget,
+    VllmServiceFact,
+    VllmServiceState,
+)
 from hostkit.operations import vllm_service as ops
 from hostkit.plans import VLLM_ENV_FILE, VllmPlan
 from hostkit.readiness import Observation, Probe, probe_address, wait_until_ready
