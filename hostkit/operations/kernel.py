@@ -28,7 +28,10 @@ early in boot, before the vLLM unit. Installing or changing the unit restarts it
 applies the values live with the exact code that runs at boot: a unit that cannot write
 them fails here, not silently at the next boot. A `transparent_hugepage=` on the kernel
 command line that differs from thp_enabled is refused: the boot loader and hostkit would
-each claim the setting. A kernel without THP gets a notice and no change.
+each claim the setting. A kernel without THP gets a notice and no change. The unit is
+WantedBy=basic.target: on Debian 12 and 13 lab hosts it starts right after sysinit.target
+and is active before basic.target is reached (tests/e2e/test_kernel.py checks this after a
+reboot), which is before any ordinary service, vllm.service included.
 
 A failing host fails alone, at execute time, through a FunctionCommand that returns False:
 an exception raised in the generator would stop every host (see hostkit/operations/gpu.py).

@@ -53,3 +53,11 @@ def test_targets_and_table():
     assert met["3 hosts in at most 1.3x the time of 1 (first run)"] is True
     text = render_table(report)
     assert "13.8x" in text and "NOT met" in text
+
+
+def test_a_rerun_that_changed_something_is_flagged():
+    changed = run("hostkit", "noop", ["b4x1"], 9.0, 3)
+    changed.changed = {"b4x1": ["vLLM host | Swap file on NVMe"]}
+    report = summarise([*RESULTS, changed])
+    assert report["table"]["hostkit_noop"]["runs_that_changed_something"] == 1
+    assert "WARNING: 1 hostkit_noop run(s) changed something" in render_table(report)
