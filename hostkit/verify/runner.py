@@ -107,7 +107,10 @@ def verify_host(name: str, host: Any, profile: Any, ready_timeout_s: int | None 
                                              observation.plan_error or "", "fix the inventory data"))
         else:
             report.warnings = list(observation.plan.warnings)
-            report.checks = check_host(profile, observation.plan, observation.snapshot, observation.probes)
+            try:
+                report.checks = check_host(profile, observation.plan, observation.snapshot, observation.probes)
+            except Exception as error:  # a bug must not cost the other hosts their reports
+                report.error = f"checking failed: {type(error).__name__}: {error}"
     report.remote_commands = shell.commands
     report.command_seconds = dict(shell.seconds)
     report.seconds = time.monotonic() - started

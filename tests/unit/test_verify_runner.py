@@ -98,3 +98,15 @@ def test_junit_has_one_testsuite_per_host():
     assert failure.get("message") == "sysctl vm.swappiness: expected 10; actual 60; fix: sysctl -w vm.swappiness='10'"
     assert suites[1].find("testcase[@name='sysctl vm.swappiness']").get("classname") == "gpu-02.kernel"
     assert suites[2].find("testcase/error").get("message").startswith("cannot connect")
+
+
+def test_an_error_while_checking_is_reported_for_that_host_only(monkeypatch):
+    from hostkit.verify import runner
+
+    def broken_check_host(*args):
+        raise KeyError("storage")
+
+    monkeypatch.setattr(runner, "check_host", broken_check_host)
+    report = verify_host("lab1", FakeHost(), profile_from_data("lab1", LAB_DATA))
+    assert report.error == "checking failed: KeyError: 'storage'"
+    assert exit_code([report]) == EXIT_UNREACHABLE
