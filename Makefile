@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 BIN := $(VENV)/bin
 
-.PHONY: install demo test unit e2e lab-down clean
+.PHONY: install demo test unit e2e e2e-all lab-down clean
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -17,12 +17,15 @@ demo: install
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(PY) scripts/demo.py
 
 test: install
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(PY) -m pytest tests/unit tests/e2e
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(PY) -m pytest tests/unit tests/e2e -m "not pending_lab"
 
 unit: install
 	$(PY) -m pytest tests/unit -q
 
 e2e: install
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(PY) -m pytest tests/e2e -m "not pending_lab"
+
+e2e-all: install
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(PY) -m pytest tests/e2e
 
 lab-down: install

@@ -30,10 +30,23 @@ def lab_data() -> dict:
     return dict(namespace["LAB_DATA"])
 
 
+# End-to-end tests that have not yet had a clean run on a quiet lab (they were written while
+# the shared machine ran a dozen VMs at once, and timed out there). `make test` and CI leave
+# them out; `make e2e-all` runs them. Each one's issue stays open until it moves out of here.
+PENDING_LAB = {
+    "test_bad_input.py", "test_doctor_smoke.py", "test_faults.py", "test_rollout.py",
+    "test_security.py", "test_swap.py", "test_verify.py", "test_vllm_service.py",
+    "test_kernel.py::test_kernel_tuning_end_to_end[debian13]",
+}
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        if "e2e" in Path(str(item.fspath)).parts:
+        path = Path(str(item.fspath))
+        if "e2e" in path.parts:
             item.add_marker(pytest.mark.lab)
+            if path.name in PENDING_LAB or f"{path.name}::{item.name}" in PENDING_LAB:
+                item.add_marker(pytest.mark.pending_lab)
 
 
 @pytest.fixture(scope="session")
