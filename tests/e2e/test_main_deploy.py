@@ -15,6 +15,16 @@ from conftest import REPO, lab_data
 @pytest.mark.slow
 def test_deploy_converges_reruns_without_change_and_survives_a_reboot(lab_host, run_deploy, tmp_path):
     install_standin(lab_host)
+    inventory = write_inventory(tmp_path / "lab_inventory.py",
+                                [(lab_host.name, {**lab_host.pyinfra_data(), **lab_data()})])
+
+    plan = subprocess.run([sys.executable, "-m", "hostkit", "plan", str(inventory), "--format", "json"],
+                          capture_output=True, text=True, cwd=REPO, timeout=600)
+    assert plan.returncode == 0, plan.stdout[-3000:] + plan.stderr[-3000:]
+    planned = json.loads(plan.stdout)
+    assert "/mnt/nvme/vllm-hostkit.swap" in plan.stdout
+    assert '"Qwen/Qwen2.5-0.5B-Instruct"' in plan.stdout and '"serve"' in plan.stdout, planned
+    assert lab_data()["vllm_api_key"] not in plan.stdout + plan.stderr
 
     first = run_deploy(lab_host)
     assert first.ok, first.output[-4000:]
@@ -26,8 +36,6 @@ def test_deploy_converges_reruns_without_change_and_survives_a_reboot(lab_host, 
 
     lab_host.reboot()
 
-    inventory = write_inventory(tmp_path / "verify_inventory.py",
-                                [(lab_host.name, {**lab_host.pyinfra_data(), **lab_data()})])
     verify = subprocess.run(
         [sys.executable, "-m", "hostkit", "verify", str(inventory), "--format", "json"],
         capture_output=True, text=True, cwd=REPO, timeout=900,
