@@ -124,7 +124,7 @@ class LabHost:
         started = time.monotonic()
         last_report = started
         while True:
-            if self.reachable() and (not_boot_id is None or self.boot_id() != not_boot_id):
+            if self._answers_from_new_boot(not_boot_id):
                 say(f"{self.name}: ssh up after {time.monotonic() - started:.0f} s")
                 return
             if self.pid is None and not_boot_id is None:
@@ -137,11 +137,23 @@ class LabHost:
                 last_report = now
             time.sleep(2)
 
+    def _answers_from_new_boot(self, not_boot_id: str | None) -> bool:
+        """ssh works, and (when given) from a boot other than `not_boot_id`; a host going down counts as no."""
+        try:
+            result = self.ssh("cat /proc/sys/kernel/random/boot_id", timeout=30)
+        except subprocess.TimeoutExpired:
+            return False
+        boot_id = result.stdout.strip()
+        return result.returncode == 0 and bool(boot_id) and boot_id != not_boot_id
+
     def reboot(self, timeout: float = BOOT_TIMEOUT_S) -> None:
         """Reboot through systemd and wait until ssh answers from the new boot."""
         before = self.boot_id()
         say(f"{self.name}: rebooting")
-        self.ssh("systemctl reboot", timeout=30)
+        try:
+            self.ssh("systemctl reboot", timeout=30)
+        except subprocess.TimeoutExpired:
+            pass  # the connection may die with the host; wait_for_ssh tells
         self.wait_for_ssh(timeout, not_boot_id=before)
 
     def stop(self, timeout: float = 120) -> None:
