@@ -35,7 +35,7 @@ def lab_data() -> dict:
 # them out; `make e2e-all` runs them. Each one's issue stays open until it moves out of here.
 PENDING_LAB = {
     "test_bad_input.py", "test_doctor_smoke.py", "test_faults.py", "test_rollout.py",
-    "test_security.py", "test_swap.py", "test_verify.py", "test_vllm_service.py",
+    "test_security.py", "test_verify.py", "test_vllm_service.py",
     "test_kernel.py::test_kernel_tuning_end_to_end[debian13]",
 }
 
