@@ -9,11 +9,8 @@ so it stays out of `ps`.
 from __future__ import annotations
 
 import re
-from functools import cache
 
-from jinja2 import Environment, FileSystemLoader, StrictUndefined
-
-from hostkit import templates_dir
+from hostkit import templates
 from hostkit.plans import VLLM_ENV_FILE, VLLM_UNIT, VllmPlan
 
 UNIT_PATH = f"/etc/systemd/system/{VLLM_UNIT}"
@@ -100,18 +97,6 @@ def protect_home(plan: VllmPlan) -> str:
     return "read-only" if any(word.startswith(_HOME_PREFIXES) for word in words) else "yes"
 
 
-@cache
-def _templates() -> Environment:
-    return Environment(
-        loader=FileSystemLoader(str(templates_dir())),
-        undefined=StrictUndefined,
-        trim_blocks=True,
-        lstrip_blocks=True,
-        keep_trailing_newline=True,
-        autoescape=False,
-    )
-
-
 def render_unit(plan: VllmPlan) -> str:
     """The text of /etc/systemd/system/vllm.service for `plan`. UnitError on bad input."""
     if plan.hardening not in HARDENING_LEVELS:
@@ -122,7 +107,7 @@ def render_unit(plan: VllmPlan) -> str:
         raise UnitError(f"the cache directory must be an absolute path, not {plan.cache_dir!r}")
     if plan.api_key is not None and any(plan.api_key.get_secret_value() in arg for arg in plan.argv):
         raise UnitError("the API key appears in argv; it belongs in the environment file only")
-    return _templates().get_template("vllm.service.j2").render(
+    return templates().get_template("vllm.service.j2").render(
         plan=plan,
         exec_start=exec_line(plan.argv),
         environment=[config_word(f"{key}={value}") for key, value in service_environment(plan).items()],
@@ -141,4 +126,4 @@ def render_env(plan: VllmPlan) -> str:
     secrets = {}
     if plan.api_key is not None:
         secrets["VLLM_API_KEY"] = env_file_value(plan.api_key.get_secret_value())
-    return _templates().get_template("vllm.env.j2").render(secrets=secrets)
+    return templates().get_template("vllm.env.j2").render(secrets=secrets)

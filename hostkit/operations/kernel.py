@@ -42,15 +42,13 @@ from __future__ import annotations
 import posixpath
 import shlex
 from dataclasses import dataclass
-from functools import cache
 from typing import Any
 
-from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, Host, State, operation
 from pyinfra.api.exceptions import OperationValueError
 
-from hostkit import templates_dir
+from hostkit import templates
 from hostkit.facts.kernel import (
     THP_DIR,
     THP_UNIT_PATH,
@@ -106,20 +104,8 @@ def wanted_thp(plan: KernelPlan) -> dict[str, str]:
     return wanted
 
 
-@cache
-def _templates() -> Environment:
-    return Environment(
-        loader=FileSystemLoader(str(templates_dir())),
-        undefined=StrictUndefined,
-        trim_blocks=True,
-        lstrip_blocks=True,
-        keep_trailing_newline=True,
-        autoescape=False,
-    )
-
-
 def _render(template: str, **context: Any) -> str:
-    return _templates().get_template(template).render(**context)
+    return templates().get_template(template).render(**context)
 
 
 def render_sysctl_file(plan: KernelPlan) -> str:
