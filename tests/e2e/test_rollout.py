@@ -74,7 +74,7 @@ def test_rollout_happy_path_halt_on_a_failing_gate_and_resume(lab_host_factory, 
     assert report["outcome"] == "completed" and report["counts"] == {"done": 3}
     assert [(host["name"], host["batch"]) for host in report["hosts"]] == [(names[0], 1), (names[1], 2), (names[2], 2)]
     for host in report["hosts"]:
-        assert "vLLM systemd unit" in host["changed"]
+        assert "vLLM host | vLLM systemd unit" in host["changed"]
         assert [check["name"] for check in host["gate"]["checks"]] == ["verify", "health", "models", "completion"]
         assert all(check["passed"] for check in host["gate"]["checks"]), host["gate"]
     assert "batch 1/2: gate verify passed on 1/1" in happy.stderr
