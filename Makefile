@@ -17,7 +17,7 @@ demo: install
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(PY) scripts/demo.py
 
 test: install
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(PY) -m pytest tests/unit tests/e2e -m "not pending_lab" -n 2 --dist loadfile --no-loadscope-reorder --durations=30
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(PY) -m pytest tests/unit tests/e2e -m "not pending_lab" --durations=20
 
 unit: install
 	$(PY) -m pytest tests/unit -q

@@ -167,11 +167,25 @@ def test_disk_full_is_refused_or_cleaned_up(shared_lab_host, run_deploy):
     assert_no_change(run_deploy, host)
 
 
+# Takes RAM 32 MiB at a time until 300 MiB sit in swap, then holds it: enough for swapoff to
+# be refused, without the thrashing of one huge allocation (slow and erratic under TCG).
+SWAP_PUSHER = """
+import time
+def swapped_mib():
+    info = dict(line.split(":", 1) for line in open("/proc/meminfo"))
+    return (int(info["SwapTotal"].split()[0]) - int(info["SwapFree"].split()[0])) >> 10
+held = []
+while swapped_mib() < 300 and len(held) < 64:
+    held.append(bytes([1]) * (32 << 20))
+    time.sleep(0.05)
+time.sleep(3600)
+"""
+
+
 def test_swapoff_is_refused_while_memory_is_short_then_swap_is_removed(shared_lab_host, run_deploy):
     host = shared_lab_host
     assert deploy(run_deploy, host).ok
-    hog = sh(host, "nohup python3 -c 'import time; b = b\"\\x01\" * (1900 << 20); time.sleep(3600)'"
-                   " > /dev/null 2>&1 & echo $!").strip()
+    hog = sh(host, f"nohup python3 -c '{SWAP_PUSHER}' > /dev/null 2>&1 & echo $!").strip()
     try:
         deadline = time.monotonic() + 300
         while proc_swaps(host)[SWAP][1] < 200 * 1024:
