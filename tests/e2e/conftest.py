@@ -32,7 +32,7 @@ def lab_data() -> dict:
 
 # End-to-end tests left out of `make test` and CI; `make e2e-all` runs them. Each passed on a
 # quiet lab on 2026-11-30, module by module. With them, CI would take well over its 40 minutes
-# on 2 cores under qemu TCG (run alone: faults 12 min, vLLM service 15, rollout 7,
+# on 2 cores under qemu TCG (run alone: faults 12 min, vLLM service 15, rollout 8,
 # doctor/smoke 4, security 4, bad input 3), and two pytest-xdist workers gained little:
 # the VMs already keep both cores busy. Each one's issue stays open while it is here.
 PENDING_LAB = {
