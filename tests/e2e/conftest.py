@@ -32,9 +32,10 @@ def lab_data() -> dict:
 
 # End-to-end tests left out of `make test` and CI; `make e2e-all` runs them. Each passed on a
 # quiet lab on 2026-11-30, module by module. With them, CI would take well over its 40 minutes
-# on 2 cores under qemu TCG (run alone: faults 12 min, vLLM service 15, rollout 8,
-# doctor/smoke 4, security 4, bad input 3), and two pytest-xdist workers gained little:
-# the VMs already keep both cores busy. Each one's issue stays open while it is here.
+# on 2 cores under qemu TCG (pytest's durations, 2026-11-30: faults 16.7 min, 5 of them one
+# wait since cut from 300 s to 60 s; vLLM service 15.7; rollout 8.1; security 3.9;
+# doctor/smoke 3.6; bad input 2.1). Two pytest-xdist workers gained little: the VMs already
+# keep both cores busy. Each one's issue stays open while it is here.
 PENDING_LAB = {
     "test_bad_input.py", "test_doctor_smoke.py", "test_faults.py", "test_rollout.py",
     "test_security.py", "test_vllm_service.py",
