@@ -167,30 +167,47 @@ def test_disk_full_is_refused_or_cleaned_up(shared_lab_host, run_deploy):
     assert_no_change(run_deploy, host)
 
 
-# Takes RAM 32 MiB at a time until 300 MiB sit in swap, then holds it: enough for swapoff to
-# be refused, without the thrashing of one huge allocation (slow and erratic under TCG).
-SWAP_PUSHER = """
+# Takes RAM 32 MiB at a time until 300 MiB sit in swap (one huge allocation thrashes, slow and
+# erratic under TCG), then gives back its newest, resident chunks until 450 MiB are available
+# again: sshd and pyinfra stay responsive, while swapoff stays refused (300 MiB of swapped
+# pages plus the 256 MiB margin exceed what is available).
+PUSHER_READY = "/run/swap-pusher.ready"
+SWAP_PUSHER = f"""
 import time
+def meminfo_mib(key):
+    return next(int(line.split()[1]) >> 10 for line in open("/proc/meminfo") if line.startswith(key + ":"))
 def swapped_mib():
-    info = dict(line.split(":", 1) for line in open("/proc/meminfo"))
-    return (int(info["SwapTotal"].split()[0]) - int(info["SwapFree"].split()[0])) >> 10
+    return meminfo_mib("SwapTotal") - meminfo_mib("SwapFree")
 held = []
 while swapped_mib() < 300 and len(held) < 64:
     held.append(bytes([1]) * (32 << 20))
     time.sleep(0.05)
+while held and meminfo_mib("MemAvailable") < 450:
+    held.pop()
+    time.sleep(0.2)
+open("{PUSHER_READY}", "w").close()
 time.sleep(3600)
 """
+
+
+def memory_mib(lab_host) -> dict[str, int]:
+    lines = sh(lab_host, "cat /proc/meminfo").splitlines()
+    return {f[0].rstrip(":"): int(f[1]) >> 10 for f in (line.split() for line in lines)}
 
 
 def test_swapoff_is_refused_while_memory_is_short_then_swap_is_removed(shared_lab_host, run_deploy):
     host = shared_lab_host
     assert deploy(run_deploy, host).ok
+    sh(host, f"rm -f {PUSHER_READY}")
     hog = sh(host, f"nohup python3 -c '{SWAP_PUSHER}' > /dev/null 2>&1 & echo $!").strip()
     try:
         deadline = time.monotonic() + 300
-        while proc_swaps(host)[SWAP][1] < 200 * 1024:
-            assert time.monotonic() < deadline, "the memory hog never pushed pages into swap"
+        while host.ssh(f"test -e {PUSHER_READY}").returncode != 0:
+            assert time.monotonic() < deadline, "the memory hog never pushed 300 MiB into swap"
             time.sleep(5)
+        memory = memory_mib(host)
+        swapped = memory["SwapTotal"] - memory["SwapFree"]
+        assert swapped + 256 > memory["MemAvailable"], memory
 
         run = deploy(run_deploy, host, swap_enabled=False)
         assert not run.ok
