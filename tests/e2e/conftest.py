@@ -2,7 +2,10 @@
 
 - `lab`: the test lab (its own directory, so it never touches hosts started by `hostkit lab up`).
 - `lab_host`: a fresh host per test (a qcow2 overlay: seconds plus a boot), removed afterwards.
-- `shared_lab_host`: one provisioned-once host per module, for read-only checks.
+- `shared_lab_host`: one fresh host per module, shared by that module's tests.
+- `main_host`: a fresh host with the vLLM stand-in, shared by the modules in MAIN_HOST_MODULES:
+  test_main_deploy.py provisions it, the modules after it deploy their own data on it.
+- `lab_fleet`: three fresh hosts with the stand-in, shared by the modules in FLEET_MODULES.
 - `lab_host_factory(os_name=..., cgroup=...)`: fresh hosts of other kinds.
 - `run_deploy(host_or_hosts, data=None, deploy=..., extra=())`: the pyinfra CLI on a temporary
   inventory holding those hosts with the lab data plus `data`; returns a PyinfraRun.
@@ -18,6 +21,7 @@ import pytest
 
 from hostkit.lab import Lab, LabHost
 from hostkit.pyinfra_runner import PyinfraRun, run_pyinfra, write_inventory
+from tests.standin.install import install_standin
 
 REPO = Path(__file__).resolve().parents[2]
 MAIN_DEPLOY = REPO / "deploys" / "vllm_host.py"
@@ -31,15 +35,36 @@ def lab_data() -> dict:
 
 
 # End-to-end tests left out of `make test` and CI; `make e2e-all` runs them. Each passed on a
-# quiet lab on 2026-11-30, module by module. With them, CI would take well over its 40 minutes
-# on 2 cores under qemu TCG (pytest's durations, 2026-11-30: faults 16.7 min, 5 of them one
-# wait since cut from 300 s to 60 s; vLLM service 15.7; rollout 8.1; security 3.9;
-# doctor/smoke 3.6; bad input 2.1). Two pytest-xdist workers gained little: the VMs already
-# keep both cores busy. Each one's issue stays open while it is here.
-PENDING_LAB = {
-    "test_bad_input.py", "test_doctor_smoke.py", "test_faults.py", "test_rollout.py",
-    "test_security.py", "test_vllm_service.py",
+# quiet lab on 2026-11-30, module by module, but together they would take CI past its 40
+# minutes on 2 cores under qemu TCG (pytest's durations, 2026-11-30: faults 16.7 min, 5 of
+# them one wait since cut from 300 s to 60 s; the vLLM service on cgroup v2 and v1 15.7).
+# Two pytest-xdist workers gained little: the VMs already keep both cores busy. Each one's
+# issue stays open while it is here.
+PENDING_LAB = {"test_faults.py", "test_vllm_service.py"}
+
+
+# Boots are the slowest part of the lab (qemu TCG), so some modules share hosts. Those run
+# first, in this order, next to the others sharing their hosts, and each shared host is removed
+# after the last test that uses it (see pytest_runtest_teardown). The rest run in file order.
+MAIN_HOST_MODULES = ("test_main_deploy.py", "test_bad_input.py", "test_doctor_smoke.py", "test_security.py")
+FLEET_MODULES = ("test_rollout.py", "test_verify.py")
+MODULE_ORDER = (*MAIN_HOST_MODULES, *FLEET_MODULES)
+
+# The data test_rollout.py leaves `lab_fleet` on: test_verify.py starts from a converged fleet
+# (its own first deploy changes nothing), and from three fresh hosts when run alone.
+FLEET_DATA = {
+    "vllm_served_model_name": "lab-model-v2",
+    "vllm_env": {"VLLM_STANDIN_LOAD_SECONDS": "2"},
+    "vllm_ready_timeout": 120,
 }
+
+
+def run_order(item) -> tuple[int, int]:
+    """Unit tests first, then the end-to-end modules in MODULE_ORDER, then the others."""
+    path = Path(str(item.fspath))
+    if "e2e" not in path.parts:
+        return (0, 0)
+    return (1, MODULE_ORDER.index(path.name) if path.name in MODULE_ORDER else len(MODULE_ORDER))
 
 
 def pytest_collection_modifyitems(config, items):
@@ -49,6 +74,58 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.lab)
             if path.name in PENDING_LAB or f"{path.name}::{item.name}" in PENDING_LAB:
                 item.add_marker(pytest.mark.pending_lab)
+    items.sort(key=run_order)  # stable: file order within each rank
+
+
+class SharedHosts:
+    """Hosts that several modules share: started on first use, removed after their last user."""
+
+    def __init__(self, lab: Lab):
+        self.lab = lab
+        self.started: dict[str, list[LabHost]] = {}
+
+    def start(self, fixture_name: str, count: int, prefix: str) -> list[LabHost]:
+        hosts = self.lab.up(count, prefix=prefix)
+        self.started[fixture_name] = hosts
+        return hosts
+
+    def release_unused(self, next_fixture_names) -> None:
+        for fixture_name in [name for name in self.started if name not in next_fixture_names]:
+            for lab_host in self.started.pop(fixture_name):
+                self.lab.remove(lab_host.name)
+
+
+_SHARED_HOSTS = pytest.StashKey[SharedHosts]()
+
+
+def pytest_runtest_teardown(item, nextitem):
+    shared = item.session.stash.get(_SHARED_HOSTS, None)
+    if shared is not None:
+        # Items are ordered so that a shared host's users are contiguous.
+        shared.release_unused(nextitem.fixturenames if nextitem is not None else ())
+
+
+@pytest.fixture(scope="session")
+def shared_hosts(lab, request) -> SharedHosts:
+    shared = SharedHosts(lab)
+    request.session.stash[_SHARED_HOSTS] = shared
+    yield shared
+    shared.release_unused(())
+
+
+@pytest.fixture(scope="session")
+def main_host(shared_hosts) -> LabHost:
+    (lab_host,) = shared_hosts.start("main_host", 1, prefix="main")
+    install_standin(lab_host)
+    return lab_host
+
+
+@pytest.fixture(scope="session")
+def lab_fleet(shared_hosts) -> list[LabHost]:
+    hosts = shared_hosts.start("lab_fleet", 3, prefix="fleet")
+    for lab_host in hosts:
+        install_standin(lab_host)
+    return hosts
 
 
 @pytest.fixture(scope="session")

@@ -139,28 +139,27 @@ class Campaign:
 
 
 @pytest.fixture(scope="module")
-def campaign(shared_lab_host, tmp_path_factory) -> Campaign:
-    """Every case run once against one host, the digests taken around them."""
+def campaign(main_host, tmp_path_factory) -> Campaign:
+    """Every case run once against `main_host`, the digests taken around them."""
     from tests.e2e.conftest import MAIN_DEPLOY, REPO, lab_data
     from hostkit.pyinfra_runner import run_pyinfra, write_inventory
 
     directory = tmp_path_factory.mktemp("bad-input")
-    ssh(shared_lab_host, "systemctl is-system-running --wait > /dev/null || true")  # boot finished
-    before = state_digest(shared_lab_host)
+    before = state_digest(main_host)
 
     def run(case: Case) -> tuple[str, Outcome]:
-        data = {**shared_lab_host.pyinfra_data(), **lab_data(), **case.data}
+        data = {**main_host.pyinfra_data(), **lab_data(), **case.data}
         data = {key: value for key, value in data.items() if value is not UNSET}
-        inventory = write_inventory(directory / f"{case.id}.py", [(shared_lab_host.name, data)])
+        inventory = write_inventory(directory / f"{case.id}.py", [(main_host.name, data)])
         run = run_pyinfra(inventory, MAIN_DEPLOY, cwd=REPO, timeout=600)
         outcome = Outcome(run.returncode, run.output)
         if case.spot_check:
-            outcome.digest_after = state_digest(shared_lab_host)
+            outcome.digest_after = state_digest(main_host)
         return case.id, outcome
 
     with concurrent.futures.ThreadPoolExecutor(PARALLEL_RUNS) as pool:
         outcomes = dict(pool.map(run, CASES))
-    return Campaign(shared_lab_host.name, before, state_digest(shared_lab_host), outcomes)
+    return Campaign(main_host.name, before, state_digest(main_host), outcomes)
 
 
 def test_the_lab_data_itself_is_valid():

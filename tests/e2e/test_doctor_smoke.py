@@ -1,8 +1,8 @@
 """`hostkit doctor` and `hostkit smoke` against a lab host provisioned by the main deploy,
 serving the vLLM stand-in (tests/standin) through an ssh port-forward.
 
-One host for the module (boots are slow under qemu TCG): a clean doctor run, a clean smoke
-run, then a smoke run during which a separate process on the host pushes memory into swap,
+On the shared `main_host` (boots are slow under qemu TCG), after a deploy of this module's
+data: a clean doctor run, a clean smoke run, then a smoke run during which a separate process on the host pushes memory into swap,
 which the report must show rising during the load and coming back after it.
 """
 
@@ -22,7 +22,6 @@ import pytest
 
 from hostkit.pyinfra_runner import run_pyinfra, write_inventory
 from tests.e2e.conftest import MAIN_DEPLOY, REPO, lab_data
-from tests.standin.install import install_standin
 
 pytestmark = pytest.mark.lab
 
@@ -38,18 +37,13 @@ SERVE_DATA = {
 
 
 @pytest.fixture(scope="module")
-def served(lab, tmp_path_factory):
-    """(lab host, inventory path): provisioned by deploys/vllm_host.py, serving the stand-in."""
-    lab_host = lab.up(1, os_name="debian12", cgroup="v2", prefix="docx")[0]
-    try:
-        install_standin(lab_host)
-        data = {**lab_host.pyinfra_data(), **lab_data(), **SERVE_DATA}
-        inventory = write_inventory(tmp_path_factory.mktemp("doctor") / "inventory.py", [(lab_host.name, data)])
-        run = run_pyinfra(inventory, MAIN_DEPLOY, cwd=REPO)
-        assert run.ok, run.output[-4000:]
-        yield lab_host, inventory, data
-    finally:
-        lab.remove(lab_host.name)
+def served(main_host, tmp_path_factory):
+    """(lab host, inventory path, data): deployed with SERVE_DATA, serving the stand-in."""
+    data = {**main_host.pyinfra_data(), **lab_data(), **SERVE_DATA}
+    inventory = write_inventory(tmp_path_factory.mktemp("doctor") / "inventory.py", [(main_host.name, data)])
+    run = run_pyinfra(inventory, MAIN_DEPLOY, cwd=REPO)
+    assert run.ok, run.output[-4000:]
+    return main_host, inventory, data
 
 
 def hostkit(*args: str, env: dict | None = None, timeout: float = 600) -> subprocess.CompletedProcess:

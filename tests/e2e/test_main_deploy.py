@@ -1,4 +1,4 @@
-"""The whole loop on one fresh lab host: the main deploy, a no-change rerun, a reboot, verify."""
+"""The whole loop on the fresh `main_host`: the main deploy, a no-change rerun, a reboot, verify.\n\nIt runs first on that host; the modules after it (MAIN_HOST_MODULES) start from its result.\n"""
 
 import json
 import subprocess
@@ -7,14 +7,13 @@ import sys
 import pytest
 
 from hostkit.pyinfra_runner import write_inventory
-from tests.standin.install import install_standin
 
 from conftest import REPO, lab_data
 
 
 @pytest.mark.slow
-def test_deploy_converges_reruns_without_change_and_survives_a_reboot(lab_host, run_deploy, tmp_path):
-    install_standin(lab_host)
+def test_deploy_converges_reruns_without_change_and_survives_a_reboot(main_host, run_deploy, tmp_path):
+    lab_host = main_host
     inventory = write_inventory(tmp_path / "lab_inventory.py",
                                 [(lab_host.name, {**lab_host.pyinfra_data(), **lab_data()})])
 

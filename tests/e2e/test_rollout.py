@@ -1,10 +1,10 @@
 """`hostkit rollout` on three real lab hosts with the main deploy and the vLLM stand-in.
 
-One set of three hosts serves every scenario (boots are slow under qemu TCG), in order:
+The shared `lab_fleet` serves every scenario (boots are slow under qemu TCG), in order:
 the happy path; a new configuration whose second host serves but hangs on completions
 (the stand-in's VLLM_STANDIN_TOKEN_DELAY_MS), so it passes the deploy's readiness gate and
 fails the rollout's completion check: the rollout halts and the third host is untouched;
-then a fix and --resume, which completes.
+then a fix and --resume, which completes, leaving the fleet on FLEET_DATA for test_verify.py.
 """
 
 from __future__ import annotations
@@ -17,17 +17,12 @@ from pathlib import Path
 import pytest
 
 from hostkit.pyinfra_runner import write_inventory
-from tests.e2e.conftest import MAIN_DEPLOY, REPO, lab_data
-from tests.standin.install import install_standin
+from tests.e2e.conftest import FLEET_DATA, MAIN_DEPLOY, REPO, lab_data
 
 pytestmark = pytest.mark.lab
 
-BASE = {
-    "vllm_served_model_name": "lab-model",
-    "vllm_env": {"VLLM_STANDIN_LOAD_SECONDS": "2"},
-    "vllm_ready_timeout": 120,
-}
-NEW = {**BASE, "vllm_served_model_name": "lab-model-v2"}
+NEW = FLEET_DATA
+BASE = {**NEW, "vllm_served_model_name": "lab-model"}
 # 4 tokens at 15 s each: the probe's completion (30 s timeout) gives up; /health and
 # /v1/models, all the deploy's readiness gate and `hostkit verify` ask for, still answer.
 HANGING = {**NEW, "vllm_env": {**NEW["vllm_env"], "VLLM_STANDIN_TOKEN_DELAY_MS": "15000"}}
@@ -60,10 +55,8 @@ def served_state(lab_host) -> str:
     return lab_host.ssh(command, check=True).stdout
 
 
-def test_rollout_happy_path_halt_on_a_failing_gate_and_resume(lab_host_factory, tmp_path):
-    hosts = lab_host_factory(count=3)
-    for lab_host in hosts:
-        install_standin(lab_host)
+def test_rollout_happy_path_halt_on_a_failing_gate_and_resume(lab_fleet, tmp_path):
+    hosts = lab_fleet
     first, second, third = hosts
     names = [lab_host.name for lab_host in hosts]
 

@@ -1,4 +1,4 @@
-"""Security audit of one host provisioned by deploys/vllm_host.py (lab data, vLLM stand-in):
+"""Security audit of the shared `main_host` (deploys/vllm_host.py, lab data, vLLM stand-in):
 file modes and owners, a non-root service, the API key kept out of argv, the unit file,
 pyinfra's output (also at -vvv --debug) and the journal, and the unit's exposure score.
 """
@@ -10,7 +10,6 @@ import time
 
 import pytest
 
-from tests.standin.install import install_standin
 
 SECRET = "e2e-security-secret-8c1f"
 DATA = {
@@ -27,24 +26,22 @@ MAX_EXPOSURE = 2.5
 
 
 @pytest.fixture(scope="module")
-def provisioned(shared_lab_host, tmp_path_factory):
-    """(host, runs): the host after a first deploy, then a rerun at -vvv --debug --diff that
+def provisioned(main_host, tmp_path_factory):
+    """(host, runs): the host after a deploy of a new key, then a rerun at -vvv --debug --diff that
     rewrites the env file (a new key) so the secret passes through pyinfra while it logs all."""
     from hostkit.pyinfra_runner import run_pyinfra, write_inventory
     from tests.e2e.conftest import MAIN_DEPLOY, REPO, lab_data
 
-    sh(shared_lab_host, "systemctl is-system-running --wait > /dev/null || true")  # boot finished
-    install_standin(shared_lab_host)
     directory = tmp_path_factory.mktemp("security")
     runs = []
     for index, (key, extra) in enumerate(((f"{SECRET}-first", ()), (SECRET, ("-vvv", "--debug", "--diff")))):
-        data = {**shared_lab_host.pyinfra_data(), **lab_data(), **DATA, "vllm_api_key": key}
-        inventory = write_inventory(directory / f"inventory{index}.py", [(shared_lab_host.name, data)])
+        data = {**main_host.pyinfra_data(), **lab_data(), **DATA, "vllm_api_key": key}
+        inventory = write_inventory(directory / f"inventory{index}.py", [(main_host.name, data)])
         run = run_pyinfra(inventory, MAIN_DEPLOY, *extra, cwd=REPO)
         assert run.ok, run.output[-4000:]
         runs.append(run)
     assert "vllm.env" in runs[1].output  # the debug run uploaded the key
-    return shared_lab_host, runs
+    return main_host, runs
 
 
 def sh(lab_host, command: str) -> str:

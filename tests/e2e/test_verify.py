@@ -1,8 +1,8 @@
-"""`hostkit verify` and `pytest --pyinfra-inventory` on three lab hosts provisioned by the main
-deploy: all pass, in parallel; then each host is broken differently and the failures say
+"""`hostkit verify` and `pytest --pyinfra-inventory` on the shared `lab_fleet`, provisioned by the
+main deploy (by test_rollout.py before it, or here when run alone): all pass, in parallel; then each host is broken differently and the failures say
 what was expected, what was found and how to fix it; the deploy the fixes name repairs them.
 
-One story on one set of hosts, so it costs three boots and two deploys.
+One story on one set of hosts: at most three boots and two deploys.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from xml.etree import ElementTree
 
 import pytest
 
-from tests.standin.install import install_standin
+from tests.e2e.conftest import FLEET_DATA
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 
@@ -49,11 +49,9 @@ def junit_failures(path: Path) -> dict[str, dict[str, str]]:
     }
 
 
-def test_verify_fresh_then_broken_hosts(lab_host_factory, run_deploy, tmp_path):
-    hosts = lab_host_factory(count=3)
-    for lab_host in hosts:
-        install_standin(lab_host)
-    deployed = run_deploy(hosts)
+def test_verify_fresh_then_broken_hosts(lab_fleet, run_deploy, tmp_path):
+    hosts = lab_fleet
+    deployed = run_deploy(hosts, FLEET_DATA)
     assert deployed.ok, deployed.output[-3000:]
     inventory = Path(deployed.argv[3])  # the inventory the deploy ran on
     names = [lab_host.name for lab_host in hosts]
@@ -114,7 +112,7 @@ def test_verify_fresh_then_broken_hosts(lab_host_factory, run_deploy, tmp_path):
             assert "; fix: " in message
 
     # What the fixes say: re-run the deploy. Afterwards everything passes again.
-    redeployed = run_deploy(hosts)
+    redeployed = run_deploy(hosts, FLEET_DATA)
     assert redeployed.ok, redeployed.output[-3000:]
     proc, _ = hostkit_verify(inventory, "-n", "3")
     assert proc.returncode == 0, proc.stdout + proc.stderr
