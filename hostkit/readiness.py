@@ -20,9 +20,13 @@ from hostkit.plans import VLLM_ENV_FILE
 
 PROBE_TIMEOUT_S = 5
 
+# Plain sockets and `python3 -I -S`: importing urllib.request (and site) costs more than the
+# whole probe on a slow host, and this runs in every snapshot. HTTP/1.0 with
+# `Connection: close` lets the answer end at EOF; uvicorn's httptools backend may still
+# chunk a body that has no Content-Length.
 _PROBE_SCRIPT = r"""
-import json, sys, urllib.error, urllib.request
-address, port, env_file = sys.argv[1], sys.argv[2], sys.argv[3]
+import json, socket, sys
+address, port, env_file = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 key = None
 try:
     with open(env_file) as lines:
@@ -42,17 +46,39 @@ try:
 except OSError:
     pass
 host = "[%s]" % address if ":" in address else address
+def dechunk(body):
+    out = []
+    while True:
+        size, _, body = body.partition(b"\r\n")
+        size = int(size.split(b";")[0], 16)
+        if size == 0:
+            return b"".join(out)
+        out.append(body[:size])
+        body = body[size + 2:]
 def get(path):
-    request = urllib.request.Request("http://%s:%s%s" % (host, port, path))
-    if key:
-        request.add_header("Authorization", "Bearer " + key)
+    request = "GET %s HTTP/1.0\r\nHost: %s:%s\r\nConnection: close\r\n" % (path, host, port)
     try:
-        with urllib.request.urlopen(request, timeout=TIMEOUT) as response:
-            return response.status, response.read(), ""
-    except urllib.error.HTTPError as error:
-        return error.code, b"", ""
+        if key:
+            request += "Authorization: Bearer %s\r\n" % key
+        with socket.create_connection((address, port), timeout=TIMEOUT) as connection:
+            connection.sendall((request + "\r\n").encode("latin-1"))
+            answer = []
+            while True:
+                data = connection.recv(65536)
+                if not data:
+                    break
+                answer.append(data)
+        head, _, body = b"".join(answer).partition(b"\r\n\r\n")
+        lines = head.decode("latin-1").split("\r\n")
+        status = lines[0].split(None, 2)
+        if len(status) < 2 or not status[0].startswith("HTTP/") or not status[1].isdigit():
+            raise ValueError("not an HTTP answer: %r" % lines[0][:80])
+        headers = [line.lower().split(":", 1) for line in lines[1:]]
+        if any(len(h) == 2 and h[0].strip() == "transfer-encoding" and "chunked" in h[1] for h in headers):
+            body = dechunk(body)
+        return int(status[1]), body, ""
     except Exception as error:
-        return None, b"", str(getattr(error, "reason", error))
+        return None, b"", str(error)
 result = {"health": None, "error": "", "models_status": None, "models": None}
 result["health"], _, result["error"] = get("/health")
 if result["health"] == 200:
@@ -80,7 +106,7 @@ def probe_address(bind_host: str) -> str:
 def probe_command(bind_host: str, port: int, env_file: str = VLLM_ENV_FILE) -> str:
     """Shell command printing one JSON line (see `Probe`), or nothing without python3."""
     args = " ".join(shlex.quote(word) for word in (probe_address(bind_host), str(port), env_file))
-    return f"command -v python3 >/dev/null && python3 -c {shlex.quote(_PROBE_SCRIPT)} {args}"
+    return f"command -v python3 >/dev/null && python3 -I -S -c {shlex.quote(_PROBE_SCRIPT)} {args}"
 
 
 @dataclass(frozen=True)

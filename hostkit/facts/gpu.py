@@ -12,9 +12,14 @@ The command prints sub-sections between `@@gpu:NAME@@` lines:
   longer than the 15 characters of /proc/PID/comm, so `pgrep -x` can never match it:
   the comm prefix selects candidates and the full command line confirms them.
 - xid: which kernel log was readable (`journalctl -k -b`, else `dmesg`, else none) and its
-  `NVRM: Xid` lines since boot. An unreadable log is "unknown", never "clean".
+  `NVRM: Xid` lines since boot. An unreadable log is "unknown", never "clean". Without a
+  loaded NVIDIA driver the log is not read at all (`source=no-driver`): reading it is the
+  most expensive part of the command, and nvidia-smi cannot list a GPU then anyway.
 - fabricmanager: only when /dev/nvidia-nvswitch* exists: whether nv-fabricmanager runs,
   and its `--version` output.
+
+Shell builtins do what they can: on a slow host every process costs a noticeable
+fraction of a second, and a host without NVIDIA hardware should pay for none.
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ QUERY_FIELDS: tuple[str, ...] = (
 
 SUB_MARKER = "@@gpu:"
 XID_LINE_LIMIT = 200
+_DRIVER_VERSION = "/proc/driver/nvidia/version"
 
 _XID_RE = re.compile(r"NVRM: Xid \((?P<device>[^)]*)\): (?P<code>\d+)(?:, (?P<detail>.*))?")
 _NVML_LIBRARY_RE = re.compile(r"NVML library version:\s*(?P<version>\d+(?:\.\d+)+)")
@@ -96,7 +102,8 @@ class GpuFacts:
     modules: tuple[str, ...] = ()
     device_nodes: tuple[str, ...] = ()  # character devices only
     persistenced_running: bool = False
-    kernel_log_source: str | None = None  # "journalctl" | "dmesg" | None when unreadable
+    # "journalctl" | "dmesg" | "no-driver" (not read: no NVIDIA driver loaded) | None when unreadable
+    kernel_log_source: str | None = None
     xids: tuple[XidEvent, ...] = ()
     xid_total: int = 0  # may exceed len(xids): only the first XID_LINE_LIMIT lines are kept
     fabricmanager: FabricManager | None = None
@@ -116,6 +123,8 @@ class GpuFacts:
 
     @property
     def xid_log_readable(self) -> bool:
+        """Whether the Xid lines are known; with no driver loaded they are taken as none, so
+        the lines of a driver that was unloaded since boot go unseen."""
         return self.kernel_log_source is not None
 
     @property
@@ -126,8 +135,9 @@ class GpuFacts:
 def _proc_cmdlines_of(comm_prefix: str) -> str:
     """Print the NUL-separated command line of each process whose comm is `comm_prefix`."""
     return (
-        f"for c in $(grep -lx '{comm_prefix}' /proc/[0-9]*/comm 2>/dev/null); do "
-        "tr '\\0' ' ' < \"${c%/comm}/cmdline\"; echo; done"
+        "for c in /proc/[0-9]*/comm; do"
+        f" IFS= read -r n 2>/dev/null < \"$c\" && [ \"$n\" = '{comm_prefix}' ] || continue;"
+        " tr '\\0' ' ' < \"${c%/comm}/cmdline\"; echo; done"
     )
 
 
@@ -144,6 +154,7 @@ class GpuFact(FactBase):
         fields = ",".join(QUERY_FIELDS)
         return "\n".join(
             [
+                "hk_any() { [ -e \"$1\" ] || [ -L \"$1\" ]; }",
                 "if command -v nvidia-smi >/dev/null 2>&1; then",
                 f"  {_marker('query')}",
                 f"  nvidia-smi --query-gpu={fields} --format=csv,noheader,nounits 2>&1",
@@ -152,23 +163,29 @@ class GpuFact(FactBase):
                 f"  {_marker('no-nvidia-smi')}",
                 "fi",
                 _marker("version"),
-                "cat /proc/driver/nvidia/version 2>/dev/null",
+                f"[ -e {_DRIVER_VERSION} ] && cat {_DRIVER_VERSION} 2>/dev/null",
                 _marker("modules"),
-                "grep '^nvidia' /proc/modules 2>/dev/null",
+                "[ -r /proc/modules ] && while IFS= read -r m; do"
+                " case $m in nvidia*) printf '%s\\n' \"$m\" ;; esac; done < /proc/modules",
                 _marker("nodes"),
-                "ls -ld /dev/nvidia* 2>/dev/null",
+                "hk_any /dev/nvidia* && ls -ld /dev/nvidia* 2>/dev/null",
                 _marker("persistenced"),
                 _proc_cmdlines_of("nvidia-persiste"),
                 _marker("xid"),
-                "if command -v journalctl >/dev/null 2>&1"
-                " && [ -n \"$(journalctl -k -b -q --no-pager -n 1 2>/dev/null)\" ]; then",
-                "  echo source=journalctl; journalctl -k -b -q --no-pager 2>/dev/null",
-                "elif [ -n \"$(dmesg 2>/dev/null | head -n 1)\" ]; then",
-                "  echo source=dmesg; dmesg 2>/dev/null",
-                "else echo source=none; fi"
-                f" | awk '/NVRM: Xid/ {{ n++; if (n <= {XID_LINE_LIMIT}) print; next }}"
-                " /^source=/ { print } END { print \"xid_total=\" n+0 }'",
-                "if ls /dev/nvidia-nvswitch* >/dev/null 2>&1; then",
+                # An empty answer (not even xid_total) means that log could not be read.
+                f"hk_xids() {{ awk '/NVRM: Xid/ {{ n++; if (n <= {XID_LINE_LIMIT}) print }}"
+                " END { if (NR) print \"xid_total=\" n+0 }'; }",
+                f"if [ ! -e {_DRIVER_VERSION} ]; then",
+                "  echo source=no-driver; echo xid_total=0",
+                "else",
+                "  hk_log=",
+                "  command -v journalctl >/dev/null 2>&1 && hk_source=journalctl"
+                " && hk_log=$(journalctl -k -b -q --no-pager 2>/dev/null | hk_xids)",
+                "  [ -n \"$hk_log\" ] || { hk_source=dmesg; hk_log=$(dmesg 2>/dev/null | hk_xids); }",
+                "  [ -n \"$hk_log\" ] || { hk_source=none; hk_log=xid_total=0; }",
+                "  echo \"source=$hk_source\"; printf '%s\\n' \"$hk_log\"",
+                "fi",
+                "if hk_any /dev/nvidia-nvswitch*; then",
                 f"  {_marker('fabricmanager')}",
                 f"  {_proc_cmdlines_of('nv-fabricmanage')} | sed 's/^/process: /'",
                 "  nv-fabricmanager --version 2>&1 | sed 's/^/version: /'",

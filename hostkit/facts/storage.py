@@ -263,6 +263,32 @@ def _profile_value(profile: Any, name: str, default: Any) -> Any:
     return default if value is None else value
 
 
+# Shell builtins where they do the job: on a slow host each process costs a noticeable
+# fraction of a second, and the snapshot runs this on every deploy. hk_nvme_namespace
+# matches `nvme[0-9]+n[0-9]+`: whole namespaces, not the nvme<N>c<C>n<M> nodes behind
+# NVMe multipath.
+_SHELL_HELPERS = r"""hk_nl='
+'
+hk_cat() { while IFS= read -r hk_l || [ -n "$hk_l" ]; do printf '%s\n' "$hk_l"; done < "$1"; }
+hk_prefix() {
+  [ -n "$2" ] || return 0
+  while IFS= read -r hk_l; do printf '%s%s\n' "$1" "$hk_l"; done <<EOF
+$2
+EOF
+}
+hk_nvme_namespace() {
+  hk_n=${1#nvme}; hk_c=${hk_n%%n*}; hk_m=${hk_n#*n}
+  case $hk_n in "$1"|"$hk_c") return 1 ;; esac
+  case $hk_c in ""|*[!0-9]*) return 1 ;; esac
+  case $hk_m in ""|*[!0-9]*) return 1 ;; esac
+}
+hk_seen=$hk_nl
+hk_first() {
+  case $hk_seen in *"$hk_nl$1$hk_nl"*) return 1 ;; esac
+  hk_seen=$hk_seen$1$hk_nl
+}"""
+
+
 class StorageFact(FactBase):
     """Swap, block devices, filesystems, fstab, NVMe signatures and hostkit swap files."""
 
@@ -280,49 +306,72 @@ class StorageFact(FactBase):
         name = shlex.quote(SWAP_FILE_NAME)
         return "\n".join(
             (
-                f"echo '{PART_MARKER}swaps'; cat /proc/swaps",
+                _SHELL_HELPERS,
+                f"echo '{PART_MARKER}swaps'; hk_cat /proc/swaps",
                 f"echo '{PART_MARKER}lsblk'",
                 "lsblk -J -b -o NAME,PATH,TYPE,TRAN,FSTYPE,UUID,MOUNTPOINTS,SIZE 2>/dev/null"
                 " || lsblk -J -b -o NAME,PATH,TYPE,TRAN,FSTYPE,UUID,MOUNTPOINT,SIZE 2>/dev/null",
                 f"echo '{PART_MARKER}df'; df -l -B1 -T -P 2>/dev/null",
-                f"echo '{PART_MARKER}mounts'; cat /proc/self/mounts",
-                f"echo '{PART_MARKER}fstab'; cat /etc/fstab 2>/dev/null",
+                f"echo '{PART_MARKER}mounts'; hk_cat /proc/self/mounts",
+                f"echo '{PART_MARKER}fstab'; hk_cat /etc/fstab 2>/dev/null",
                 f"echo '{PART_MARKER}devices'",
-                f"for dev in $( {{ echo {device_words}; ls /sys/block 2>/dev/null"
-                " | grep -E '^nvme[0-9]+n[0-9]+$' | sed 's#^#/dev/#'; } | awk 'NF && !seen[$0]++'); do",
-                '  echo "device $dev"',
-                '  [ -b "$dev" ] || continue',
+                "hk_device() {",
+                '  hk_first "device $1" || return 0',
+                '  echo "device $1"',
+                '  [ -b "$1" ] || return 0',
                 "  echo present",
-                '  echo "realpath=$(readlink -f -- "$dev")"',
+                # A plain /dev/NAME that is no symlink is its own real path: no readlink needed.
+                '  case ${1#/dev/} in "$1"|*/*|.*|"") hk_real=$(readlink -f -- "$1") ;; *) hk_real=$1 ;; esac',
+                '  [ ! -L "$hk_real" ] || hk_real=$(readlink -f -- "$1")',
+                '  echo "realpath=$hk_real"',
                 # wipefs exits non-zero when it cannot probe; blkid cannot tell that from "nothing found".
-                '  dd if="$dev" of=/dev/null bs=4096 count=1 2>/dev/null || continue',
-                '  sigs=$(wipefs --no-act --noheadings --output TYPE -- "$dev" 2>/dev/null) || continue',
+                '  dd if="$1" of=/dev/null bs=4096 count=1 2>/dev/null || return 0',
+                '  hk_sigs=$(wipefs --no-act --noheadings --output TYPE -- "$1" 2>/dev/null) || return 0',
                 "  echo probed",
-                '  [ -z "$sigs" ] || printf "%s\\n" "$sigs" | sed "s/^/wipefs=/"',
-                '  blkid -p -o export -- "$dev" 2>/dev/null | grep -E "^(PT)?TYPE=|^UUID=" | sed "s/^/blkid:/"',
-                '  lsblk -n -r -o PATH -- "$dev" 2>/dev/null | tail -n +2 | sed "s/^/child=/"',
-                "done",
+                '  hk_prefix wipefs= "$hk_sigs"',
+                '  hk_out=$(blkid -p -o export -- "$1" 2>/dev/null)',
+                "  while IFS= read -r hk_l; do",
+                "    case $hk_l in TYPE=*|PTTYPE=*|UUID=*) printf 'blkid:%s\\n' \"$hk_l\" ;; esac",
+                "  done <<EOF",
+                "$hk_out",
+                "EOF",
+                # The device itself, then its descendants: partitions, and what sits on them.
+                '  hk_out=$(lsblk -n -r -o PATH -- "$1" 2>/dev/null)',
+                '  case $hk_out in *"$hk_nl"*) hk_prefix child= "${hk_out#*"$hk_nl"}" ;; esac',
+                "}",
+                *([f"hk_device {device_words}"] if device_words else []),
+                'for b in /sys/block/nvme*; do ! hk_nvme_namespace "${b##*/}" || hk_device "/dev/${b##*/}"; done',
                 f"echo '{PART_MARKER}dirs'",
                 f"for d in {dirs_words}; do",
-                '  e="$d"; while [ ! -d "$e" ]; do e=$(dirname "$e"); done',
+                '  e="$d"; while [ ! -d "$e" ]; do e=${e%/*}; e=${e:-/}; done',
                 '  m=$(stat -c %m -- "$e"); t=$(stat -f -c %T -- "$e")',
                 "  printf 'dir\\t%s\\t%s\\t%s\\t%s\\n' \"$m\" \"$t\" \"$e\" \"$d\"",
                 "done",
                 f"echo '{PART_MARKER}files'",
-                "{",
-                f"  for d in {dirs_words}; do echo \"$d\"; done",
-                f"  awk '$3 ~ /^({fstypes})$/ {{print $2}}' /proc/self/mounts",
-                "  awk 'NR > 1 {print $1}' /proc/swaps | sed -n 's#/[^/]*$##p'",
-                "  awk '$1 !~ /^#/ && $3 == \"swap\" {print $1}' /etc/fstab 2>/dev/null | sed -n 's#/[^/]*$##p'",
-                "} | sort -u | while IFS= read -r d; do",
-                "  d=$(printf '%b' \"$d\"); d=${d%/}",
+                # Each directory (kernel-escaped, as the tables spell it) is looked in once.
+                "hk_files() {",
+                "  d=$1",
+                "  case $d in *\\\\*) d=$(printf '%b' \"$d\") ;; esac",
+                '  d=${d%/}; hk_first "dir $d" || return 0',
                 f"  for f in \"$d/\"{name} \"$d/\"{name}{TEMP_SUFFIX}; do",
                 '    [ -e "$f" ] || [ -L "$f" ] || continue',
                 '    sig=$(blkid -p -o value -s TYPE -- "$f" 2>/dev/null)',
                 "    st=$(stat -c '%F|%s|%a|%u|%g|%b|%B' -- \"$f\")",
                 "    printf 'file\\t%s\\t%s\\t%s\\n' \"$sig\" \"$st\" \"$f\"",
                 "  done",
-                "done",
+                "}",
+                f"for d in {dirs_words}; do hk_files \"$d\"; done",
+                "while read -r src mp fstype rest; do",
+                f'  case "$fstype" in {fstypes}) hk_files "$mp" ;; esac',
+                "done < /proc/self/mounts",
+                "{ read -r rest; while read -r p rest; do",
+                '  case "$p" in */*) hk_files "${p%/*}" ;; esac',
+                "done; } < /proc/swaps",
+                "[ -r /etc/fstab ] && while read -r spec mp fstype rest; do",
+                '  case "$spec" in "#"*) continue ;; esac',
+                '  [ "$fstype" = swap ] && case "$spec" in */*) hk_files "${spec%/*}" ;; esac',
+                "done < /etc/fstab",
+                "true",
             )
         )
 

@@ -18,6 +18,7 @@ from hostkit.facts.gpu import (
     parse_xid_line,
 )
 from hostkit.facts.snapshot import MARKER, SECTIONS, parse_sections
+from hostkit.gpu_policy import GpuPolicy, evaluate
 
 FIXTURES = Path(__file__).parent / "fixtures" / "gpu"
 REFERENCE = FIXTURES / "h200-1gpu"
@@ -166,9 +167,59 @@ def run_section_command(tmp_path: Path, path_dirs: list[Path]) -> list[str]:
     return result.stdout.splitlines()
 
 
-def test_command_runs_without_nvidia_tools(tmp_path):
-    facts = GpuFact().process(run_section_command(tmp_path, []))
+def stub(directory: Path, name: str, body: str) -> None:
+    (directory / name).write_text(f"#!/bin/sh\n{body}\n")
+    (directory / name).chmod(0o755)
+
+
+XID_LINE = "Nov 29 21:05:40 gpu-host kernel: NVRM: Xid (PCI:0000:00:06): 79, pid='<unknown>', GPU has fallen off the bus."
+
+
+@pytest.fixture
+def kernel_logs(tmp_path) -> Path:
+    """journalctl and dmesg stubs that log their calls to `called` and print `NAME.out`."""
+    for name in ("journalctl", "dmesg"):
+        stub(tmp_path, name, f"echo {name} >> {tmp_path}/called; cat {tmp_path}/{name}.out 2>/dev/null")
+    return tmp_path
+
+
+def test_command_runs_without_nvidia_tools(tmp_path, kernel_logs):
+    assert not Path("/proc/driver/nvidia/version").exists()
+    lines = run_section_command(tmp_path, [kernel_logs])
+    facts = GpuFact().process(lines)
     assert not facts.driver_present and facts.gpus == ()
+    assert lines[-2:] == ["source=no-driver", "xid_total=0"]
+    assert facts.kernel_log_source == "no-driver" and facts.xid_log_readable and facts.xid_total == 0
+    assert not (kernel_logs / "called").exists()  # no driver loaded: the kernel log is not read
+
+
+@pytest.mark.parametrize(
+    ("journal", "dmesg", "source", "xids"),
+    [
+        (["boot", XID_LINE, XID_LINE], ["other"], "journalctl", 2),
+        ([], ["boot", XID_LINE], "dmesg", 1),
+        ([], [], None, 0),
+    ],
+)
+def test_command_reads_the_first_readable_kernel_log_when_a_driver_is_loaded(
+    tmp_path, kernel_logs, monkeypatch, journal, dmesg, source, xids
+):
+    version = tmp_path / "version"
+    version.write_text("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04\n")
+    monkeypatch.setattr("hostkit.facts.gpu._DRIVER_VERSION", str(version))
+    (kernel_logs / "journalctl.out").write_text("".join(line + "\n" for line in journal))
+    (kernel_logs / "dmesg.out").write_text("".join(line + "\n" for line in dmesg))
+    lines = run_section_command(tmp_path, [kernel_logs])
+    facts = GpuFact().process(lines)
+    assert facts.module_version == "580.159.04"
+    assert facts.kernel_log_source == source and facts.xid_total == len(facts.xids) == xids
+    assert lines[lines.index("@@gpu:xid@@") + 1] == f"source={source or 'none'}"
+    assert lines[-1] == f"xid_total={xids}"
+
+
+def test_no_driver_is_not_an_unreadable_kernel_log():
+    facts = parse_gpu_output(["@@gpu:no-nvidia-smi@@", "@@gpu:xid@@", "source=no-driver", "xid_total=0"])
+    assert evaluate(GpuPolicy(required=True), facts).warnings == ()
 
 
 def test_command_passes_nvidia_smi_errors_through(tmp_path):

@@ -6,6 +6,7 @@ Fixtures in fixtures/storage/ are the section's real output on a Debian 12 lab h
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -14,6 +15,7 @@ import pytest
 
 from hostkit.facts.snapshot import SECTIONS
 from hostkit.facts.storage import (
+    _SHELL_HELPERS,
     StorageFact,
     decode_octal,
     encode_octal,
@@ -201,4 +203,29 @@ def test_command_runs_under_sh_and_finds_hostkit_swap_files(tmp_path):
 
 def test_command_without_profile_uses_defaults():
     command = StorageFact().command(None)
-    assert "/mnt/nvme" in command and "for dev in $( { echo ;" in command
+    assert "/mnt/nvme" in command and "\nhk_device " not in command
+
+
+def shell(script: str, tmp_path: Path) -> list[str]:
+    result = subprocess.run(["sh", "-c", _SHELL_HELPERS + "\n" + script + "\ntrue"], capture_output=True, text=True,
+                            cwd=tmp_path, timeout=30)
+    assert result.returncode == 0, result.stderr
+    return result.stdout.splitlines()
+
+
+def test_nvme_namespace_names_are_those_of_the_old_regex(tmp_path):
+    names = ["nvme0n1", "nvme12n3", "nvme0c0n1", "nvme0n1p1", "nvme0", "nvme", "nvmen1", "nvme0n",
+             "nvme0n1n2", "xnvme0n1", "nvme0nx", "sda", "nvme*"]
+    script = "".join(f"hk_nvme_namespace '{name}' && echo '{name}'\n" for name in names)
+    assert shell(script, tmp_path) == [n for n in names if re.fullmatch(r"nvme[0-9]+n[0-9]+", n)]
+
+
+def test_shell_helpers_keep_a_last_line_without_newline_and_print_once(tmp_path):
+    (tmp_path / "fstab").write_text("# comment\n/swap none swap sw 0 0")
+    script = """hk_cat fstab; echo marker
+hk_prefix child= "$(printf 'a b\\n\\\\x\\n')"; hk_prefix none= ""
+for d in /a '/b c' /a '/b c' /b; do hk_first "dir $d" && echo "first $d"; done"""
+    assert shell(script, tmp_path) == [
+        "# comment", "/swap none swap sw 0 0", "marker", "child=a b", "child=\\x",
+        "first /a", "first /b c", "first /b",
+    ]

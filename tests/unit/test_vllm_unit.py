@@ -531,6 +531,28 @@ def test_fact_command_runs_anywhere_and_never_reads_the_env_file_content(tmp_pat
     assert state.target == ServiceTarget() and state.unit_sha256 is None
 
 
+def test_fact_command_matches_hashes_and_modes_to_their_files(tmp_path):
+    """sha256sum and stat skip a missing file: their lines are matched by path, not by position."""
+    stubs = {
+        "id": "echo 999",
+        "sha256sum": "echo 'abc  /etc/systemd/system/vllm.service'; echo 'no such file' >&2; exit 1",
+        "stat": "echo '/etc/vllm-hostkit 700 root root'; exit 1",
+        "systemctl": r"printf 'ActiveState=active\nControlGroup=/hostkit-test-none\nDropInPaths=/a\\x2db.conf\n'",
+    }
+    for name, body in stubs.items():
+        (tmp_path / name).write_text(f"#!/bin/sh\n{body}\n")
+        (tmp_path / name).chmod(0o755)
+    result = subprocess.run(["/bin/sh", "-c", VllmServiceFact().command(profile=None)], capture_output=True,
+                            text=True, timeout=60, env={"PATH": str(tmp_path)})
+    assert result.stdout.splitlines()[1:] == [
+        "uid=999", "unit_sha256=abc", "env_sha256=", "env_stat=", "env_dir_stat=700 root root",
+        "unit.ActiveState=active", "unit.ControlGroup=/hostkit-test-none", r"unit.DropInPaths=/a\x2db.conf",
+    ]
+    state = VllmServiceFact().process(result.stdout.splitlines())
+    assert (state.unit_sha256, state.env_sha256, state.env_stat) == ("abc", None, None)
+    assert state.env_dir_stat == FileStat("700", "root", "root") and state.probe is None
+
+
 def test_fact_follows_the_profile():
     class Profile:
         vllm_user, vllm_command, vllm_host, vllm_port = "svc", "/srv/vllm", "::", 9000
