@@ -89,8 +89,8 @@ class SharedHosts:
         self.started[fixture_name] = hosts
         return hosts
 
-    def release_unused(self, next_fixture_names) -> None:
-        for fixture_name in [name for name in self.started if name not in next_fixture_names]:
+    def release_unused(self, still_needed) -> None:
+        for fixture_name in [name for name in self.started if name not in still_needed]:
             for lab_host in self.started.pop(fixture_name):
                 self.lab.remove(lab_host.name)
 
@@ -100,9 +100,10 @@ _SHARED_HOSTS = pytest.StashKey[SharedHosts]()
 
 def pytest_runtest_teardown(item, nextitem):
     shared = item.session.stash.get(_SHARED_HOSTS, None)
-    if shared is not None:
-        # Items are ordered so that a shared host's users are contiguous.
-        shared.release_unused(nextitem.fixturenames if nextitem is not None else ())
+    if shared is not None and shared.started:
+        items = item.session.items
+        later = items[items.index(item) + 1:]
+        shared.release_unused({name for later_item in later for name in later_item.fixturenames})
 
 
 @pytest.fixture(scope="session")
