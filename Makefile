@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 BIN := $(VENV)/bin
 
-.PHONY: install demo test unit e2e e2e-all lab-down clean
+.PHONY: install demo test unit e2e lab-down clean
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -16,17 +16,18 @@ install: $(VENV)/.installed
 demo: install
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(PY) scripts/demo.py
 
+# Two xdist workers: the unit tests spread over both, then each takes one lane of end-to-end
+# modules (tests/e2e/conftest.py LANES). Lanes keep collection order (--no-loadscope-reorder).
+XDIST := -n 2 --dist loadgroup --no-loadscope-reorder
+
 test: install
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(PY) -m pytest tests/unit tests/e2e -m "not pending_lab" --durations=20
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(PY) -m pytest tests/unit tests/e2e $(XDIST) --durations=30
 
 unit: install
 	$(PY) -m pytest tests/unit -q
 
 e2e: install
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(PY) -m pytest tests/e2e -m "not pending_lab"
-
-e2e-all: install
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(PY) -m pytest tests/e2e
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(PY) -m pytest tests/e2e $(XDIST) --durations=30
 
 lab-down: install
 	$(BIN)/hostkit lab down

@@ -6,8 +6,9 @@ snapshot runs all of their commands in one shell, splits the output on markers a
 hands each section its lines.
 
 The snapshot is memoised per host. An operation that changes the host calls
-`mark_changed(host)` while executing, so the next reader takes a fresh snapshot instead
-of trusting state that the change made stale.
+`mark_changed(host, section, ...)` while executing, naming the sections its change makes
+stale (all of them when it names none). The next reader refreshes just those sections, in
+one command, instead of trusting state that the change made stale.
 """
 
 from __future__ import annotations
@@ -61,18 +62,20 @@ def section_command(fact_cls: type[FactBase], profile: Any) -> str:
 class HostSnapshotFact(FactBase):
     """All hostkit sections in one command. Each section's failure is contained to it."""
 
-    def command(self, profile: Any = None) -> str:
+    def command(self, profile: Any = None, sections: tuple[str, ...] | None = None) -> str:
+        # pyinfra calls command() and process() on one instance: process() parses these.
+        self.sections_asked = _selected(sections)
         parts = []
-        for fact_cls in SECTIONS:
+        for fact_cls in self.sections_asked:
             parts.append(f"echo '{MARKER} {fact_cls.section}'")
             parts.append(f"( {section_command(fact_cls, profile)} ) 2>/dev/null || true")
         return "\n".join(parts)
 
     def process(self, output: list[str]) -> HostSnapshot:
-        return HostSnapshot(parse_sections(output))
+        return HostSnapshot(parse_sections(output, getattr(self, "sections_asked", SECTIONS)))
 
 
-def parse_sections(output: list[str]) -> dict[str, Any]:
+def parse_sections(output: list[str], sections: tuple[type[FactBase], ...] = SECTIONS) -> dict[str, Any]:
     raw: dict[str, list[str]] = {}
     current: list[str] | None = None
     for line in output:
@@ -80,22 +83,64 @@ def parse_sections(output: list[str]) -> dict[str, Any]:
             current = raw.setdefault(line[len(MARKER):].strip(), [])
         elif current is not None:
             current.append(line)
-    return {fact_cls.section: fact_cls().process(raw.get(fact_cls.section, [])) for fact_cls in SECTIONS}
+    return {fact_cls.section: fact_cls().process(raw.get(fact_cls.section, [])) for fact_cls in sections}
 
 
-_SNAPSHOT_ATTR = "_hostkit_snapshot"
+def _selected(sections: tuple[str, ...] | None) -> tuple[type[FactBase], ...]:
+    if sections is None:
+        return SECTIONS
+    return tuple(fact_cls for fact_cls in SECTIONS if fact_cls.section in sections)
 
 
-def snapshot(host: Host, profile: Any) -> HostSnapshot:
-    """The memoised snapshot of `host`, taken on first use and after each change."""
-    cached = getattr(host, _SNAPSHOT_ATTR, None)
-    if cached is None:
-        cached = host.get_fact(HostSnapshotFact, profile=profile)
-        setattr(host, _SNAPSHOT_ATTR, cached)
-    return cached
+class MemoisedSnapshot:
+    """A host's snapshot for this run. Reading a stale section first refreshes every stale
+    section, all in one command: fewer round trips than a command per section read."""
+
+    def __init__(self, host: Host, profile: Any, taken: HostSnapshot):
+        self.host = host
+        self.profile = profile
+        self.sections = dict(taken.sections)
+        self.stale: set[str] = set()
+
+    def section(self, name: str) -> Any:
+        if name in self.stale:
+            fresh = self.host.get_fact(HostSnapshotFact, profile=self.profile, sections=tuple(sorted(self.stale)))
+            self.sections.update(fresh.sections)
+            self.stale.clear()
+        return self.sections[name]
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") or name not in SECTION_NAMES:
+            raise AttributeError(name)
+        return self.section(name)
 
 
-def mark_changed(host: Host) -> None:
-    """Call from an operation that is about to change the host (only effective at execute)."""
-    if host.state.is_executing:
-        setattr(host, _SNAPSHOT_ATTR, None)
+SECTION_NAMES = frozenset(fact_cls.section for fact_cls in SECTIONS)
+_MEMO_ATTR = "_hostkit_snapshot"
+
+
+def snapshot(host: Host, profile: Any = None) -> MemoisedSnapshot:
+    """The memoised snapshot of `host`, taken on first use.
+
+    `profile` (which says where to look for swap files and the vLLM unit) is remembered from
+    the first call: a later caller may pass None.
+    """
+    memo: MemoisedSnapshot | None = getattr(host, _MEMO_ATTR, None)
+    if memo is None:
+        memo = MemoisedSnapshot(host, profile, host.get_fact(HostSnapshotFact, profile=profile))
+        setattr(host, _MEMO_ATTR, memo)
+    return memo
+
+
+def mark_changed(host: Host, *sections: str) -> None:
+    """Call from an operation that is about to change the host (only effective at execute).
+
+    `sections` are the snapshot sections the change makes stale; none means all of them.
+    """
+    memo: MemoisedSnapshot | None = getattr(host, _MEMO_ATTR, None)
+    if memo is None or not host.state.is_executing:
+        return
+    unknown = set(sections) - SECTION_NAMES
+    if unknown:
+        raise ValueError(f"no snapshot section named {', '.join(sorted(unknown))}")
+    memo.stale.update(sections or SECTION_NAMES)

@@ -6,6 +6,7 @@ builds a new image and an unchanged one is reused across runs and checkouts.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -100,14 +101,17 @@ def base_image(os_name: str) -> BaseImage:
     """The cached base image for `os_name`, building it first if needed."""
     if os_name not in SUITES:
         raise SystemExit(f"unknown lab os {os_name!r}: choose one of {', '.join(SUITES)}")
-    ensure_prerequisites()
-    spec = recipe(os_name)
-    digest = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:12]
-    image_dir = cache_dir() / "images" / f"{os_name}-{digest}"
-    image = BaseImage(image_dir / "root.raw", image_dir / "vmlinuz", image_dir / "initrd.img", os_name)
-    if not (image_dir / "complete").exists():
-        _build(spec, image_dir)
-    return image
+    cache_dir().mkdir(parents=True, exist_ok=True)
+    # Parallel test workers share the cache: one installs and builds, the others wait for it.
+    with open(cache_dir() / "build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        ensure_prerequisites()
+        spec = recipe(os_name)
+        digest = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:12]
+        image_dir = cache_dir() / "images" / f"{os_name}-{digest}"
+        if not (image_dir / "complete").exists():
+            _build(spec, image_dir)
+    return BaseImage(image_dir / "root.raw", image_dir / "vmlinuz", image_dir / "initrd.img", os_name)
 
 
 def _build(spec: dict, image_dir: Path) -> None:

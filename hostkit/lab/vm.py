@@ -147,13 +147,16 @@ class LabHost:
         return result.returncode == 0 and bool(boot_id) and boot_id != not_boot_id
 
     def reboot(self, timeout: float = BOOT_TIMEOUT_S) -> None:
-        """Reboot through systemd and wait until ssh answers from the new boot."""
+        """Reboot: a clean shutdown through systemd, then a fresh boot; wait for ssh from the new boot.
+
+        The lab powers off and starts qemu again rather than letting the guest reset in place:
+        under TCG a guest boots 2-3 times slower after an in-place reset (measured: ssh back
+        80-105 s after `systemctl reboot`, against 7 s to power off plus 38 s to boot).
+        """
         before = self.boot_id()
-        say(f"{self.name}: rebooting")
-        try:
-            self.ssh("systemctl reboot", timeout=30)
-        except subprocess.TimeoutExpired:
-            pass  # the connection may die with the host; wait_for_ssh tells
+        say(f"{self.name}: rebooting (clean shutdown, then a fresh boot)")
+        self.stop()
+        self.start()
         self.wait_for_ssh(timeout, not_boot_id=before)
 
     def stop(self, timeout: float = 120) -> None:

@@ -355,7 +355,7 @@ def sysctl_settings(plan: KernelPlan, profile: Any = None):
     stale = {path: value for path, value in wanted.items() if state.live.get(path, "") != value}
     if not stale and state.hostkit_sysctl_text == file_text:
         return
-    mark_changed(host)
+    mark_changed(host, "kernel")
     yield sysctl_apply_command(stale, None if state.hostkit_sysctl_text == file_text else file_text)
 
 
@@ -373,7 +373,7 @@ def transparent_hugepages(plan: KernelPlan, profile: Any = None):
 
     if not wanted:
         if state.thp_unit_text is not None:
-            mark_changed(host)
+            mark_changed(host, "kernel")
             yield thp_remove_command()
         return
     if not state.thp_supported:
@@ -393,5 +393,5 @@ def transparent_hugepages(plan: KernelPlan, profile: Any = None):
     )
     if not (unit_changed or live_stale or not state.thp_unit_enabled):
         return
-    mark_changed(host)
+    mark_changed(host, "kernel")
     yield thp_apply_command(unit_text if unit_changed else None, unit_changed or live_stale, wanted)

@@ -462,7 +462,7 @@ def prepare_nvme(plan: NvmePlan, profile: Any = None):
         yield FunctionCommand(refuse_host, (str(refusal),), {})
         return
     if steps:
-        mark_changed(host)
+        mark_changed(host, "storage")
         yield script(steps)
 
 
@@ -487,5 +487,5 @@ def swap_file(plan: SwapPlan, profile: Any = None):
         yield FunctionCommand(refuse_host, (str(refusal),), {})
         return
     if steps:
-        mark_changed(host)
+        mark_changed(host, "storage", "system")  # system holds SwapTotal and SwapFree
         yield script(steps)

@@ -141,6 +141,30 @@ def observe(plan: VllmPlan, current: VllmServiceState) -> Observation:
     return Observation(False, status)
 
 
+class CrashWatch:
+    """`observe`, and give up once a process seen running exits while the gate waits.
+
+    Restart= would only repeat the crash until the timeout (a large model's timeout is long).
+    A unit already waiting to restart when the gate begins gets its restart: the deploy may
+    just have fixed what made it fail (a mount, a flag).
+    """
+
+    def __init__(self) -> None:
+        self.seen_running = False
+
+    def observe(self, plan: VllmPlan, current: VllmServiceState) -> Observation:
+        observation = observe(plan, current)
+        if observation.ready or observation.give_up:
+            return observation
+        if current.unit.get("SubState") == "auto-restart":
+            if self.seen_running:
+                return Observation(False, observation.status,
+                                   give_up=f"{VLLM_UNIT} exited while loading and would only be restarted into the same failure")
+        elif current.main_pid:
+            self.seen_running = True
+        return observation
+
+
 # -- remote commands ------------------------------------------------------------------------
 
 
@@ -251,10 +275,11 @@ def show_journal(op_host: Host, connector_arguments: dict[str, Any]) -> None:
 def wait_for_vllm(state: State, host: Host, plan: VllmPlan, connector_arguments: dict[str, Any]) -> bool:
     fact = VllmServiceFact()
     command = StringCommand(fact.command(target=ServiceTarget.from_plan(plan)))
+    watch = CrashWatch()
 
     def look() -> Observation:
         _, output = host.run_shell_command(command, **connector_arguments)
-        return observe(plan, fact.process(output.stdout_lines))
+        return watch.observe(plan, fact.process(output.stdout_lines))
 
     result = wait_until_ready(look, plan.ready_timeout_s, lambda line: host.log(line))
     if result.ready:
@@ -302,7 +327,7 @@ def vllm_service(plan: VllmPlan, profile: Any = None):
         return
     for path in current.drop_in_paths:
         host.log_styled(f"{VLLM_UNIT}: drop-in {path} also changes the unit", fg="yellow", log_func=logger.warning)
-    mark_changed(host)
+    mark_changed(host, "vllm")
     connector_arguments = _connector_arguments(host)
 
     if changes.create_user:

@@ -34,13 +34,17 @@ def lab_data() -> dict:
     return dict(namespace["LAB_DATA"])
 
 
-# End-to-end tests left out of `make test` and CI; `make e2e-all` runs them. Both passed on a
-# quiet lab on 2026-11-30 (20 of 20, 22.0 min together by pytest's durations: faults 9.3, the
-# vLLM service on cgroup v2 and v1 12.7), which would take CI (36 min) well past its 40
-# minutes on 2 cores under qemu TCG. Two pytest-xdist workers gained little: the VMs already
-# keep both cores busy. Each one's issue stays open while it is here.
-PENDING_LAB = {"test_faults.py", "test_vllm_service.py"}
-
+# `make test` runs the end-to-end modules on two pytest-xdist workers, each in its own lane of
+# modules (balanced by their measured durations). Lab VMs in tests get one CPU each: two
+# single-CPU VMs under qemu TCG run side by side at full speed on a 2-core machine (measured:
+# 44 and 46 s for a workload that took one VM alone 46 s), where two 2-CPU VMs slow each
+# other down (57 and 58 s).
+LAB_CPUS = 1
+LANES = {
+    "lane-a": ("test_main_deploy.py", "test_bad_input.py", "test_doctor_smoke.py", "test_security.py",
+               "test_rollout.py", "test_verify.py", "test_kernel.py[debian13]", "test_vllm_service.py[v2]"),
+    "lane-b": ("test_swap.py", "test_faults.py", "test_kernel.py[debian12]", "test_vllm_service.py[v1]"),
+}
 
 # Boots are the slowest part of the lab (qemu TCG), so some modules share hosts. Those run
 # first, in this order, next to the others sharing their hosts, and each shared host is removed
@@ -58,6 +62,16 @@ FLEET_DATA = {
 }
 
 
+def lane(item) -> str:
+    """The lane of an end-to-end test: its module's, or its module and parameter's."""
+    name = Path(str(item.fspath)).name
+    param = item.callspec.id if hasattr(item, "callspec") else None
+    for lane_name, members in LANES.items():
+        if name in members or f"{name}[{param}]" in members:
+            return lane_name
+    raise LookupError(f"{item.nodeid}: add its module to a lane in tests/e2e/conftest.py LANES")
+
+
 def run_order(item) -> tuple[int, int]:
     """Unit tests first, then the end-to-end modules in MODULE_ORDER, then the others."""
     path = Path(str(item.fspath))
@@ -66,13 +80,12 @@ def run_order(item) -> tuple[int, int]:
     return (1, MODULE_ORDER.index(path.name) if path.name in MODULE_ORDER else len(MODULE_ORDER))
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the xdist_group marks
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        path = Path(str(item.fspath))
-        if "e2e" in path.parts:
+        if "e2e" in Path(str(item.fspath)).parts:
             item.add_marker(pytest.mark.lab)
-            if path.name in PENDING_LAB or f"{path.name}::{item.name}" in PENDING_LAB:
-                item.add_marker(pytest.mark.pending_lab)
+            item.add_marker(pytest.mark.xdist_group(lane(item)))
     items.sort(key=run_order)  # stable: file order within each rank
 
 
@@ -84,7 +97,7 @@ class SharedHosts:
         self.started: dict[str, list[LabHost]] = {}
 
     def start(self, fixture_name: str, count: int, prefix: str) -> list[LabHost]:
-        hosts = self.lab.up(count, prefix=prefix)
+        hosts = self.lab.up(count, prefix=prefix, cpus=LAB_CPUS)
         self.started[fixture_name] = hosts
         return hosts
 
@@ -130,7 +143,9 @@ def lab_fleet(shared_hosts) -> list[LabHost]:
 
 @pytest.fixture(scope="session")
 def lab(tmp_path_factory) -> Lab:
-    directory = Path(os.environ.get("HOSTKIT_TEST_LAB_DIR", REPO / ".lab" / f"tests-{os.getpid()}"))
+    # One lab per pytest process: xdist workers must not share lab.json.
+    base = Path(os.environ.get("HOSTKIT_TEST_LAB_DIR", REPO / ".lab"))
+    directory = base / f"tests-{os.getpid()}"
     test_lab = Lab(directory)
     yield test_lab
     test_lab.down()
@@ -144,7 +159,7 @@ class _Factory:
         self.started: list[LabHost] = []
 
     def __call__(self, os_name: str = "debian12", cgroup: str = "v2", count: int = 1):
-        hosts = self.lab.up(count, os_name=os_name, cgroup=cgroup, prefix=self.prefix)
+        hosts = self.lab.up(count, os_name=os_name, cgroup=cgroup, prefix=self.prefix, cpus=LAB_CPUS)
         self.started.extend(hosts)
         return hosts[0] if count == 1 else hosts
 

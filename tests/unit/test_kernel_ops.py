@@ -23,7 +23,7 @@ from hostkit.facts.kernel import (
     SysctlFile,
     ThpSetting,
 )
-from hostkit.facts.snapshot import HostSnapshot
+from hostkit.facts.snapshot import HostSnapshot, MemoisedSnapshot
 from hostkit.facts.system import SystemFact
 from hostkit.operations import kernel
 from hostkit.plans import SYSCTL_FILE, KernelPlan
@@ -73,7 +73,7 @@ class FakeHost:
 
     def __init__(self, state: KernelState, cmdline: str = "root=/dev/vda rw", executing: bool = False):
         system = SystemFact().process([f"cmdline={cmdline}"])
-        self._hostkit_snapshot = HostSnapshot({"kernel": state, "system": system})
+        self._hostkit_snapshot = MemoisedSnapshot(self, None, HostSnapshot({"kernel": state, "system": system}))
         self.state = FakeState(executing)
         self.logged: list[str] = []
 
@@ -129,7 +129,7 @@ def test_sysctl_only_a_stale_file_is_rewritten():
 def test_sysctl_marks_the_snapshot_stale_when_it_changes_the_host():
     fake = FakeHost(converged(live={}), executing=True)
     run_op(kernel.sysctl_settings, fake)
-    assert fake._hostkit_snapshot is None
+    assert fake._hostkit_snapshot.stale == {"kernel"}
 
 
 def test_sysctl_file_is_rendered_from_the_template():

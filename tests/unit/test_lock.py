@@ -16,6 +16,7 @@ import pytest
 from pyinfra.api import FunctionCommand
 from pyinfra.context import ctx_host
 
+from hostkit.facts.snapshot import SECTION_NAMES, HostSnapshot, MemoisedSnapshot
 from hostkit.operations import lock
 from hostkit.operations.lock import LockOwner, LockProbe, takeover
 
@@ -234,11 +235,11 @@ def test_prepare_touches_nothing():
 
 def test_acquire_then_release_yield_nothing_so_a_converged_host_reports_no_change(lock_dir):
     fake = LocalHost()
-    fake._hostkit_snapshot = "taken at prepare"
+    fake._hostkit_snapshot = MemoisedSnapshot(fake, None, HostSnapshot({}))
     assert run_op(fake, lock.acquire_deploy_lock) == []
     held = LockOwner.parse((lock_dir / "deploy.lock").read_text())
     assert (held.host, held.pid, held.controller) == ("gpu-01", os.getpid(), socket.gethostname())
-    assert fake._hostkit_snapshot is None  # operations read the host afresh under the lock
+    assert fake._hostkit_snapshot.stale == SECTION_NAMES  # operations read the host afresh under the lock
     assert run_op(fake, lock.release_deploy_lock) == []
     assert not (lock_dir / "deploy.lock").exists()
 

@@ -19,7 +19,7 @@ from pyinfra.api import FunctionCommand
 from pyinfra.api.exceptions import OperationValueError
 from pyinfra.context import ctx_host
 
-from hostkit.facts.snapshot import HostSnapshot
+from hostkit.facts.snapshot import HostSnapshot, MemoisedSnapshot
 from hostkit.facts.storage import (
     BlockDevice,
     DeviceSignatures,
@@ -104,7 +104,7 @@ class FakeHost:
     print_prefix = "[fake] "
 
     def __init__(self, storage: StorageInfo, executing: bool = False):
-        self._hostkit_snapshot = HostSnapshot({"storage": storage})
+        self._hostkit_snapshot = MemoisedSnapshot(self, None, HostSnapshot({"storage": storage}))
         self.state = FakeState(executing)
         self.logged: list[str] = []
 
@@ -302,7 +302,7 @@ def test_a_change_at_execute_time_invalidates_the_snapshot():
     fake = FakeHost(nvme_storage(), executing=True)
     with ctx_host.use(fake):
         list(swap.swap_file._inner(PLAN, Profile))
-    assert fake._hostkit_snapshot is None
+    assert fake._hostkit_snapshot.stale == {"storage", "system"}
 
 
 def test_swap_problems_names_each_drift():

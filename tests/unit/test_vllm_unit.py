@@ -19,7 +19,7 @@ from pyinfra.api import FileUploadCommand, FunctionCommand
 from pyinfra.api.exceptions import OperationValueError
 from pyinfra.context import ctx_host
 
-from hostkit.facts.snapshot import HostSnapshot
+from hostkit.facts.snapshot import HostSnapshot, MemoisedSnapshot
 from hostkit.facts.vllm_service import (
     FileStat,
     ServiceTarget,
@@ -102,7 +102,7 @@ class FakeHost:
     print_prefix = "[fake] "
 
     def __init__(self, state: VllmServiceState, executing: bool = False):
-        self._hostkit_snapshot = HostSnapshot({"vllm": state})
+        self._hostkit_snapshot = MemoisedSnapshot(self, None, HostSnapshot({"vllm": state}))
         self.state = FakeState(executing)
         self.current_op_global_arguments = {"_sudo": False, "_name": "ignored"}
         self.logged: list[str] = []
@@ -113,7 +113,7 @@ class FakeHost:
 
     def get_fact(self, fact_cls, **kwargs):
         self.facts_asked.append(kwargs)
-        return self._hostkit_snapshot.vllm
+        return self._hostkit_snapshot.sections["vllm"]
 
 
 def run_op(operation, state: VllmServiceState, p: VllmPlan = PLAN, executing: bool = False) -> list:
@@ -424,6 +424,20 @@ def test_observe():
     assert failed.give_up == "vllm.service failed (result: exit-code)"
     restarting = converged(probe=LOADING, unit={"ActiveState": "activating", "SubState": "auto-restart"})
     assert ops.observe(PLAN, restarting).give_up is None
+
+
+def test_the_gate_gives_up_on_a_crash_it_saw_but_lets_a_pending_restart_happen():
+    running = converged(probe=LOADING, unit={"ActiveState": "activating", "SubState": "start", "MainPID": "4242"})
+    crashed = converged(probe=LOADING, unit={"ActiveState": "activating", "SubState": "auto-restart", "MainPID": "0"})
+    watch = ops.CrashWatch()
+    # Waiting to restart when the gate begins: the restart may work now.
+    assert watch.observe(PLAN, crashed).give_up is None
+    assert watch.observe(PLAN, running).give_up is None
+    gave_up = watch.observe(PLAN, crashed)
+    assert not gave_up.ready and "exited while loading" in gave_up.give_up
+    fresh = ops.CrashWatch()
+    assert fresh.observe(PLAN, running).give_up is None
+    assert fresh.observe(PLAN, converged()).ready
 
 
 def test_memory_limit_problem_allows_page_rounding_only():
