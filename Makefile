@@ -16,15 +16,16 @@ install: $(VENV)/.installed
 demo: install
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(PY) scripts/demo.py
 
-# Two xdist workers: the unit tests spread over both, then each takes one lane of end-to-end
-# modules (tests/e2e/conftest.py LANES). Lanes keep collection order (--no-loadscope-reorder).
+# The end-to-end modules run on two xdist workers, one lane of modules each (LANES in
+# tests/e2e/conftest.py), in collection order (--no-loadscope-reorder). The unit tests run
+# alone first: some load pyinfra's CLI, whose gevent monkey-patching breaks xdist's workers.
 XDIST := -n 2 --dist loadgroup --no-loadscope-reorder
 
-test: install
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(PY) -m pytest tests/unit tests/e2e $(XDIST) --durations=30
+test: unit
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(PY) -m pytest tests/e2e $(XDIST) --durations=30
 
 unit: install
-	$(PY) -m pytest tests/unit -q
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(PY) -m pytest tests/unit -q
 
 e2e: install
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(PY) -m pytest tests/e2e $(XDIST) --durations=30
