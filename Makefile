@@ -21,8 +21,12 @@ demo: install
 # alone first: some load pyinfra's CLI, whose gevent monkey-patching breaks xdist's workers.
 XDIST := -n 2 --dist loadgroup --no-loadscope-reorder
 
+# Then the fault report (scripts/fault_report.py) summarises the bad-input, fault and
+# security tests of that run from its junit XML.
 test: unit
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(PY) -m pytest tests/e2e $(XDIST) --durations=30
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(PY) -m pytest tests/e2e $(XDIST) --durations=30 \
+	  --junitxml=reports/e2e.xml -o junit_family=xunit1; \
+	status=$$?; $(PY) scripts/fault_report.py --junit reports/e2e.xml || status=1; exit $$status
 
 unit: install
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(PY) -m pytest tests/unit -q

@@ -58,6 +58,10 @@ DEFAULT_VENV = Path.home() / ".cache" / "vllm-hostkit" / "bench" / "ansible-venv
 LAB_DIR = REPO / ".lab" / "bench"
 # Under heavy load an Ansible first run on a lab host has taken over 28 minutes.
 RUN_TIMEOUT_S = 3600
+# Fleet VMs get one vCPU each: under TCG a 2-vCPU guest alone can use both of this machine's
+# cores, so 1 host against 3 would compare one VM with 2 cores to three VMs sharing 2. With
+# one vCPU, the single host gets a core and the three get two between them.
+FLEET_CPUS = 1
 
 
 def say(message: str) -> None:
@@ -229,9 +233,9 @@ def ansible_version(bin_dir: Path) -> str:
 # -- the plan of runs ---------------------------------------------------------------------
 
 
-def boot(lab: Lab, count: int, prefix: str) -> list[LabHost]:
-    say(f"booting {count} fresh lab host(s) ({prefix}*); not timed")
-    hosts = lab.up(count, prefix=prefix)
+def boot(lab: Lab, count: int, prefix: str, cpus: int = 2) -> list[LabHost]:
+    say(f"booting {count} fresh lab host(s) ({prefix}*, {cpus} vCPU each); not timed")
+    hosts = lab.up(count, prefix=prefix, cpus=cpus)
     for lab_host in hosts:
         install_standin(lab_host)
     return hosts
@@ -275,7 +279,7 @@ def deploy_rounds(lab: Lab, runner: Runner, runs: int, with_ansible: bool, resul
 
 
 def fleet_rounds(lab: Lab, runner: Runner, runs: int, results: list[Measurement]) -> None:
-    hosts = boot(lab, 4, prefix="fleet")
+    hosts = boot(lab, 4, prefix="fleet", cpus=FLEET_CPUS)
     single, trio = hosts[:1], hosts[1:]
     try:
         for group in (single, trio):
@@ -435,7 +439,8 @@ def main(argv: list[str] | None = None) -> int:
         "load_average_at_start": [round(value, 2) for value in load_at_start],
         "cpus": os.cpu_count(),
         "machine": platform.platform(),
-        "lab": "Debian 12 qemu TCG VMs (hostkit.lab), 2 vCPUs, 2 GiB, blank 8G NVMe; vLLM stand-in",
+        "lab": f"Debian 12 qemu TCG VMs (hostkit.lab), 2 vCPUs ({FLEET_CPUS} for the fleet runs), 2 GiB,"
+               " blank 8G NVMe; vLLM stand-in",
         "tools": {"hostkit": "pyinfra " + _pyinfra_version(), "ansible": ansible_version(ansible_bin) if ansible_bin else None},
         "commands": {
             "hostkit": f"python -m pyinfra INVENTORY {DEPLOY.relative_to(REPO)} -y --json --debug",

@@ -11,7 +11,8 @@ Each change is one shell script (`set -e` and an EXIT trap), so a failure part-w
 removes the partial file and writes no fstab entry for it:
 
 - create: free space for size plus a reserve, an empty file made root:root 0600, made
-  NOCOW on btrfs, filled with dd (fallocate can leave holes that swapon rejects), mkswap,
+  NOCOW on btrfs, filled with dd (fallocate can leave holes that swapon rejects; O_DIRECT,
+  so the zeros do not evict the page cache), mkswap,
   swapon with the priority, confirmed in /proc/swaps; only then the fstab line
   (`nofail,pri=N`). zfs, nfs, tmpfs, overlay and anything else unknown are refused.
 - resize, make-before-break: `<path>.new` is made and swapped on before the old file
@@ -150,7 +151,8 @@ hk_create() {
   chown root:root "$1"
   chmod 600 "$1"
   if [ "$4" = nocow ]; then chattr +C "$1"; fi
-  dd if=/dev/zero of="$1" bs=1M count="$2" iflag=count_bytes conv=fsync status=none
+  # O_DIRECT: gigabytes of zeros must not push the page cache (or vLLM) out of RAM.
+  dd if=/dev/zero of="$1" bs=1M count="$2" iflag=count_bytes oflag=direct conv=fsync status=none
   mkswap "$1" > /dev/null
   swapon -p "$3" "$1"
   hk_active "$1" || hk_fail "swapon $1 returned success but /proc/swaps does not list it (see dmesg)"

@@ -330,34 +330,45 @@ def vllm_service(plan: VllmPlan, profile: Any = None):
     mark_changed(host, "vllm")
     connector_arguments = _connector_arguments(host)
 
-    if changes.create_user:
-        yield useradd_command(plan.user)
+    # Each remote command is a round trip: the steps on either side of the checks run as one
+    # script each (set -e: the first failing step fails the operation).
+    preparing = [useradd_command(plan.user)] if changes.create_user else []
+    if changes.fix_env_dir:
+        preparing.append(f"install -d -m 0700 -o root -g root {ENV_DIR}")
+    if changes.install_unit:
+        preparing.append(f"install -d -m 0755 {VERIFY_DIR}")
+    if preparing:
+        yield _script(preparing)
     if changes.install_unit:
         # Checks first: a refused unit leaves the installed one untouched and running.
-        yield f"install -d -m 0755 {VERIFY_DIR}"
         yield FileUploadCommand(StringIO(unit_text), VERIFY_PATH)
         yield FunctionCommand(check_unit_file, (connector_arguments,), {})
         yield FunctionCommand(check_flags, (plan, connector_arguments), {})
-    if changes.fix_env_dir:
-        yield f"install -d -m 0700 -o root -g root {ENV_DIR}"
+    installing = []
     if changes.write_env:
         # The directory is root-only, so the file is private from the moment it exists.
         staged = f"{ENV_DIR}/.vllm.env.new"
         yield FileUploadCommand(StringIO(env_text), staged)
-        yield f"chown root:root {staged} && chmod 0600 {staged} && mv -f {staged} {VLLM_ENV_FILE}"
+        installing.append(f"chown root:root {staged} && chmod 0600 {staged} && mv -f {staged} {VLLM_ENV_FILE}")
     if changes.fix_env_file:
-        yield f"chown root:root {VLLM_ENV_FILE} && chmod 0600 {VLLM_ENV_FILE}"
+        installing.append(f"chown root:root {VLLM_ENV_FILE} && chmod 0600 {VLLM_ENV_FILE}")
     if changes.install_unit:
         staged = f"{UNIT_PATH.rsplit('/', 1)[0]}/.{VLLM_UNIT}.new"
-        yield f"install -m 0644 -o root -g root {VERIFY_PATH} {staged} && mv -f {staged} {UNIT_PATH}"
+        installing.append(f"install -m 0644 -o root -g root {VERIFY_PATH} {staged} && mv -f {staged} {UNIT_PATH}")
     if changes.daemon_reload:
-        yield "systemctl daemon-reload"
+        installing.append("systemctl daemon-reload")
     if changes.enable:
-        yield f"systemctl enable {VLLM_UNIT}"
+        installing.append(f"systemctl enable {VLLM_UNIT}")
     if changes.reset_failed:
-        yield f"systemctl reset-failed {VLLM_UNIT}"
+        installing.append(f"systemctl reset-failed {VLLM_UNIT}")
     if changes.restart:
-        yield f"systemctl restart {VLLM_UNIT}"
+        installing.append(f"systemctl restart {VLLM_UNIT}")
+    if installing:
+        yield _script(installing)
+
+
+def _script(steps: list[str]) -> str:
+    return "\n".join(("set -e", *steps))
 
 
 @operation()

@@ -111,17 +111,30 @@ def test_a_second_deploy_at_once_is_refused_and_nothing_is_corrupted(host, run_d
     assert_converged(run_deploy, host, GIB, **slow_load)
 
 
+# Run on the host before the deploy: freezes the swap dd the moment it starts and says so, so
+# the test cuts the controller off inside the dd however fast the disk writes.
+DD_HELD = "/run/e2e-dd-held"
+DD_HOLDER = f"""cat > /run/e2e-dd-holder.sh <<'EOF'
+while ! pids=$(pgrep -f '^dd .*of={SWAP}'); do sleep 0.02; done
+kill -STOP $pids
+echo $pids > {DD_HELD}
+EOF
+rm -f {DD_HELD}
+nohup sh /run/e2e-dd-holder.sh > /dev/null 2>&1 &"""
+
+
 def test_ssh_cut_during_the_swap_dd_then_a_rerun_converges(host, run_deploy, tmp_path):
     """The controller dies mid-run (SIGKILL: no cleanup, its ssh connection just drops) while
-    the swap resize writes the new file. The orphaned dd keeps running on the host; the rerun
-    takes the dead run's lock over, waits for the dd to end, and finishes the resize."""
+    the swap resize writes the new file. The orphaned dd then runs on; the rerun takes the dead
+    run's lock over, waits for the dd to end, and finishes the resize."""
+    sh(host, DD_HOLDER)
     cut = start_deploy(host, tmp_path, "cut", swap_size="2G")
     try:
-        # [o]: the pattern must not match the shell that runs pgrep.
-        wait_on_host(host, f"pgrep -f '[o]f={SWAP}' > /dev/null", 900, "the swap dd")
+        wait_on_host(host, f"test -s {DD_HELD}", 900, "the swap dd")
     finally:
         os.killpg(cut.pid, signal.SIGKILL)
         cut.wait()
+    sh(host, f"kill -CONT $(cat {DD_HELD})")
     rerun = deploy(run_deploy, host, swap_size="2G")
     assert rerun.ok, rerun.output[-4000:]
     assert "taking over /run/vllm-hostkit/deploy.lock: its holder, pid" in rerun.output
@@ -141,16 +154,23 @@ def test_a_crash_looping_vllm_fails_the_gate_with_its_journal(host, run_deploy):
 
 @pytest.mark.slow
 def test_a_reboot_between_the_swap_and_unit_steps_then_a_rerun_converges(host, run_deploy, tmp_path):
-    """A resize back to 1G plus a new vLLM flag: the host reboots (sysrq, no clean shutdown)
-    as soon as the resized swap is active, before the unit is rewritten."""
+    """A resize back to 1G plus a new vLLM flag: the host loses power (sysrq o: no clean
+    shutdown) as soon as the resized swap is active, before the unit is rewritten, and is
+    powered on again. (A power cut rather than sysrq b: under qemu TCG a guest reset in
+    place boots several times slower than a fresh start.)"""
     boot = host.boot_id()
-    # Reboots without a clean shutdown once the 1G file is active (gives up after 10 minutes).
+    # Powers off without a clean shutdown once the 1G file is active (gives up after 10 minutes).
     watcher = (f"nohup sh -c 'for i in $(seq 3000); do"
                f" if awk -v p={SWAP} \"\\$1 == p && \\$3 < 2000000\" /proc/swaps | grep -q .; then"
-               " echo b > /proc/sysrq-trigger; fi; sleep 0.2; done' > /dev/null 2>&1 &")
+               " echo o > /proc/sysrq-trigger; fi; sleep 0.2; done' > /dev/null 2>&1 &")
     sh(host, watcher)
     run = start_deploy(host, tmp_path, "rebooted", vllm_max_num_seqs=32)
     try:
+        deadline = time.monotonic() + 1800
+        while host.pid is not None:
+            assert time.monotonic() < deadline, "the host never lost power"
+            time.sleep(1)
+        host.start()
         host.wait_for_ssh(timeout=1800, not_boot_id=boot)
         output, _ = run.communicate(timeout=60)  # a connection that died silently may hang
         assert run.returncode != 0, output[-4000:]

@@ -2,9 +2,9 @@
 pyinfra over ssh, running tests/e2e/deploys/swap_only.py (the NVMe and swap part of the
 vLLM host deploy).
 
-The tests on `shared_lab_host` run in file order on one VM and never reboot it; each first
-brings the host to the lab plan (a no-op when the test before it passed). The boot test
-has its own VM.
+All tests share one VM (`shared_lab_host`) and run in file order; each first brings the
+host to the lab plan (a no-op when the test before it passed). The boot test comes last: it
+reboots the VM and blanks its NVMe disk.
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ def assert_no_change(run_deploy, lab_host, **data) -> None:
     assert run.changed == [], f"a converged host changed: {run.changed}\n{run.output}"
 
 
-# -- one VM, no reboots ----------------------------------------------------------------------
+# -- no reboots -----------------------------------------------------------------------------
 
 
 def test_non_blank_nvme_is_refused_and_a_blank_one_gets_swap(shared_lab_host, run_deploy):
@@ -195,7 +195,7 @@ def memory_mib(lab_host) -> dict[str, int]:
     return {f[0].rstrip(":"): int(f[1]) >> 10 for f in (line.split() for line in lines)}
 
 
-def test_swapoff_is_refused_while_memory_is_short_then_swap_is_removed(shared_lab_host, run_deploy):
+def test_resize_and_swapoff_are_refused_while_memory_is_short_then_swap_is_removed(shared_lab_host, run_deploy):
     host = shared_lab_host
     assert deploy(run_deploy, host).ok
     sh(host, f"rm -f {PUSHER_READY}")
@@ -208,6 +208,16 @@ def test_swapoff_is_refused_while_memory_is_short_then_swap_is_removed(shared_la
         memory = memory_mib(host)
         swapped = memory["SwapTotal"] - memory["SwapFree"]
         assert swapped + 256 > memory["MemAvailable"], memory
+        fstab_before = sh(host, "cat /etc/fstab")
+        size_before = proc_swaps(host)[SWAP][0]
+
+        # A resize swaps the old file off too: refused before its dd, the old file kept.
+        run = deploy(run_deploy, host, swap_size="2G")
+        assert not run.ok
+        assert f"refusing to swapoff {SWAP}: it holds" in run.output
+        assert list(proc_swaps(host)) == [SWAP] and proc_swaps(host)[SWAP][0] == size_before
+        assert sh(host, f"ls {SWAP}.new 2>/dev/null || true").strip() == ""
+        assert sh(host, "cat /etc/fstab") == fstab_before
 
         run = deploy(run_deploy, host, swap_enabled=False)
         assert not run.ok
@@ -229,8 +239,8 @@ def test_swapoff_is_refused_while_memory_is_short_then_swap_is_removed(shared_la
 
 
 @pytest.mark.slow
-def test_swap_comes_back_after_reboot_and_after_a_blank_nvme_boot(lab_host, run_deploy):
-    host = lab_host
+def test_swap_comes_back_after_reboot_and_after_a_blank_nvme_boot(shared_lab_host, run_deploy):
+    host = shared_lab_host
     run = deploy(run_deploy, host)
     assert run.ok, run.output
     first_uuid = assert_nvme_mounted(host)

@@ -50,3 +50,11 @@ def test_a_failed_case_or_a_missing_fault_fails_the_report(tmp_path):
 
     text, ok = fault_report.summary(fault_report.read_junit(junit(tmp_path, *every_test_passing()[:-2])))
     assert not ok and "NOT RUN" in text
+
+
+def test_xdist_lane_suffixes_are_dropped_and_only_covered_tests_are_counted(tmp_path):
+    cases = [case.replace('" time=', '@lane-b" time=') for case in every_test_passing()]
+    cases.append(passed("tests.e2e.test_kernel", "test_kernel_tuning_end_to_end[debian12]@lane-a", 100))
+    text, ok = fault_report.summary(fault_report.read_junit(junit(tmp_path, *cases)))
+    assert ok and text.count("survived") == len(fault_report.FAULTS)
+    assert f"{len(every_test_passing())} tests, {len(every_test_passing())} passed" in text

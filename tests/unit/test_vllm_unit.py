@@ -122,10 +122,6 @@ def run_op(operation, state: VllmServiceState, p: VllmPlan = PLAN, executing: bo
         return list(operation._inner(p))
 
 
-def shell(commands: list) -> list[str]:
-    return [command if isinstance(command, str) else repr(command) for command in commands]
-
-
 # -- quoting ---------------------------------------------------------------------------------
 
 
@@ -352,20 +348,25 @@ def test_a_disabled_plan_yields_nothing():
     assert run_op(ops.vllm_ready, FRESH, VllmPlan(enabled=False)) == []
 
 
-def test_fresh_install_checks_before_it_installs():
+def steps(command: str) -> list[str]:
+    """The steps of a `set -e` script the operation yields as one remote command."""
+    first, *rest = command.splitlines()
+    assert first == "set -e"
+    return rest
+
+
+def test_fresh_install_checks_before_it_installs_in_four_commands_and_two_uploads():
     commands = run_op(ops.vllm_service, FRESH, executing=True)
-    names = shell(commands)
-    assert names[0].startswith("useradd --system --user-group")
-    upload = commands[2]
-    assert isinstance(upload, FileUploadCommand) and upload.dest == VERIFY_PATH
-    assert upload.src.getvalue() == render_unit(PLAN)
-    checks = [c.function for c in commands if isinstance(c, FunctionCommand)]
-    assert checks == [ops.check_unit_file, ops.check_flags]
-    install = next(i for i, c in enumerate(names) if UNIT_PATH in c and "install -m 0644" in c)
-    env_upload = next(i for i, c in enumerate(commands) if isinstance(c, FileUploadCommand) and ".vllm.env" in c.dest)
-    last_check = max(i for i, c in enumerate(commands) if isinstance(c, FunctionCommand))
-    assert last_check < env_upload < install
-    assert names[-3:] == ["systemctl daemon-reload", "systemctl enable vllm.service", "systemctl restart vllm.service"]
+    preparing, unit_upload, check_unit, check_flags, env_upload, installing = commands
+    assert [step.split()[0] for step in steps(preparing)] == ["useradd", "install", "install"]
+    assert isinstance(unit_upload, FileUploadCommand) and unit_upload.dest == VERIFY_PATH
+    assert unit_upload.src.getvalue() == render_unit(PLAN)
+    assert (check_unit.function, check_flags.function) == (ops.check_unit_file, ops.check_flags)
+    assert isinstance(env_upload, FileUploadCommand) and env_upload.dest.endswith("/.vllm.env.new")
+    installed = steps(installing)
+    assert "mv -f /etc/vllm-hostkit/.vllm.env.new /etc/vllm-hostkit/vllm.env" in installed[0]
+    assert UNIT_PATH in installed[1] and "install -m 0644" in installed[1]
+    assert installed[2:] == ["systemctl daemon-reload", "systemctl enable vllm.service", "systemctl restart vllm.service"]
 
 
 def test_the_secret_never_appears_in_a_command_or_its_repr():
@@ -381,10 +382,10 @@ def test_the_secret_never_appears_in_a_command_or_its_repr():
 
 def test_only_a_flag_change_restarts_without_checks_of_the_env():
     commands = run_op(ops.vllm_service, converged(), plan(argv=[*PLAN.argv, "--max-num-seqs", "64"]), executing=True)
-    names = shell(commands)
-    assert names[-2:] == ["systemctl daemon-reload", "systemctl restart vllm.service"]
-    assert not any(".vllm.env" in name for name in names)
-    assert "useradd" not in " ".join(names)
+    preparing, _upload, _check_unit, _check_flags, installing = commands
+    assert steps(preparing) == ["install -d -m 0755 /run/vllm-hostkit/verify"]
+    assert steps(installing)[-2:] == ["systemctl daemon-reload", "systemctl restart vllm.service"]
+    assert not any(".vllm.env" in step for step in steps(installing))
 
 
 def test_bad_plan_is_refused_while_preparing():
