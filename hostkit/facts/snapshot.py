@@ -137,10 +137,9 @@ def mark_changed(host: Host, *sections: str) -> None:
 
     `sections` are the snapshot sections the change makes stale; none means all of them.
     """
-    memo: MemoisedSnapshot | None = getattr(host, _MEMO_ATTR, None)
-    if memo is None or not host.state.is_executing:
-        return
     unknown = set(sections) - SECTION_NAMES
     if unknown:
         raise ValueError(f"no snapshot section named {', '.join(sorted(unknown))}")
-    memo.stale.update(sections or SECTION_NAMES)
+    memo: MemoisedSnapshot | None = getattr(host, _MEMO_ATTR, None)
+    if memo is not None and host.state.is_executing:
+        memo.stale.update(sections or SECTION_NAMES)

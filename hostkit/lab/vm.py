@@ -195,8 +195,9 @@ def _create_blank(path: Path) -> None:
 class Lab:
     """A set of lab hosts whose state lives in one directory (`.lab/` by default)."""
 
-    def __init__(self, directory: Path | None = None):
+    def __init__(self, directory: Path | None = None, cpus: int = 2):
         self.directory = Path(directory) if directory else default_lab_dir()
+        self.cpus = cpus  # vCPUs of the hosts it starts
         self.state_file = self.directory / "lab.json"
 
     def hosts(self) -> list[LabHost]:
@@ -223,7 +224,7 @@ class Lab:
         ))
 
     def up(self, count: int = 1, os_name: str = "debian12", cgroup: str = "v2", prefix: str = "lab",
-           cpus: int = 2) -> list[LabHost]:
+           cpus: int | None = None) -> list[LabHost]:
         """Start `count` fresh hosts (besides any already running) and wait for ssh on all."""
         if cgroup == "v1" and os_name != "debian12":
             raise SystemExit("cgroup v1 needs --os debian12: Debian 13's systemd refuses cgroup v1")
@@ -245,7 +246,7 @@ class Lab:
                             str(host_dir / "root.qcow2")], check=True)
             _create_blank(host_dir / "nvme.qcow2")
             new_hosts.append(LabHost(name=name, port=_free_port(), os=os_name, cgroup=cgroup,
-                                     directory=str(host_dir), key=str(ssh_key()), cpus=cpus,
+                                     directory=str(host_dir), key=str(ssh_key()), cpus=cpus or self.cpus,
                                      known_hosts=str(self.known_hosts)))
         self._save(existing + new_hosts)
         say(f"booting {', '.join(h.name for h in new_hosts)} ({os_name}, cgroup {cgroup}, qemu TCG)")

@@ -97,7 +97,7 @@ class SharedHosts:
         self.started: dict[str, list[LabHost]] = {}
 
     def start(self, fixture_name: str, count: int, prefix: str) -> list[LabHost]:
-        hosts = self.lab.up(count, prefix=prefix, cpus=LAB_CPUS)
+        hosts = self.lab.up(count, prefix=prefix)
         self.started[fixture_name] = hosts
         return hosts
 
@@ -146,7 +146,7 @@ def lab(tmp_path_factory) -> Lab:
     # One lab per pytest process: xdist workers must not share lab.json.
     base = Path(os.environ.get("HOSTKIT_TEST_LAB_DIR", REPO / ".lab"))
     directory = base / f"tests-{os.getpid()}"
-    test_lab = Lab(directory)
+    test_lab = Lab(directory, cpus=LAB_CPUS)
     yield test_lab
     test_lab.down()
     shutil.rmtree(directory, ignore_errors=True)
@@ -159,7 +159,7 @@ class _Factory:
         self.started: list[LabHost] = []
 
     def __call__(self, os_name: str = "debian12", cgroup: str = "v2", count: int = 1):
-        hosts = self.lab.up(count, os_name=os_name, cgroup=cgroup, prefix=self.prefix, cpus=LAB_CPUS)
+        hosts = self.lab.up(count, os_name=os_name, cgroup=cgroup, prefix=self.prefix)
         self.started.extend(hosts)
         return hosts[0] if count == 1 else hosts
 

@@ -16,7 +16,6 @@ from pathlib import Path
 import pytest
 
 from hostkit.readiness import Probe, probe_command
-from tests.e2e.conftest import LAB_CPUS
 from tests.standin.install import install_standin
 
 pytestmark = pytest.mark.lab
@@ -36,7 +35,7 @@ UNIT_PROPERTIES = ("ActiveState", "SubState", "MainPID", "ActiveEnterTimestampMo
 
 @pytest.fixture(scope="module", params=["v2", "v1"])
 def vllm_host(lab, request):
-    lab_host = lab.up(1, os_name="debian12", cgroup=request.param, prefix=f"vllm{request.param}x", cpus=LAB_CPUS)[0]
+    lab_host = lab.up(1, os_name="debian12", cgroup=request.param, prefix=f"vllm{request.param}x")[0]
     install_standin(lab_host)
     yield lab_host
     lab.remove(lab_host.name)
