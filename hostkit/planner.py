@@ -15,11 +15,15 @@ Rules, so that `hostkit plan` output can be checked by hand:
   the kernel reclaims before the hard limit kills. vllm_memory_swap_max "auto": half the
   hostkit swap file (the other half stays for the rest of the host), 0 without swap.
   MemoryHigh= and MemorySwapMax= are cgroup v2 only.
-- vLLM sizing, per GPU: KV bytes/token = 2 x layers x max(1, kv_heads // TP) x head_dim
-  x KV dtype bytes; KV budget = GPU memory x utilization - weights / TP + cpu_offload_gb
-  - a 2 GiB reserve for activations and CUDA graphs. max_num_seqs "auto" = how many
-  requests of max_model_len fit, at most 256. Chunked prefill "auto" turns on above 8192
-  tokens of context, with max_num_batched_tokens "auto" = 8192 (the field-tested value).
+- vLLM sizing, per GPU (hostkit.vllm_memory, every term with its source): KV cache =
+  utilization x (nvidia-smi total - driver reserve) - weights / TP - activation peak of the
+  profiled batch - non-torch memory (communication buffers when TP > 1) - CUDA graphs (from
+  0.21); KV bytes/token = 2 x layers x max(1, kv_heads // TP) x head_dim x KV dtype bytes.
+  Weights follow config.json's quantization_config or vllm_quantization, with the
+  embeddings and output layer unquantized. max_num_seqs "auto" = how many requests of
+  vllm_expected_tokens_per_request (default: max_model_len) fit, at most 256. Chunked
+  prefill "auto" turns on above 8192 tokens of context, with max_num_batched_tokens
+  "auto" = 8192 (the field-tested value).
 """
 
 from __future__ import annotations
@@ -27,10 +31,19 @@ from __future__ import annotations
 import posixpath
 from dataclasses import dataclass, field
 
-from hostkit import model_catalog
+from hostkit import model_catalog, vllm_memory
 from hostkit.model_catalog import ModelConfigError, ModelSpec
 from hostkit.planning_facts import FilesystemFact, NvmeDeviceFact, PlanningFacts
-from hostkit.plans import SWAP_FILE_NAME, HostPlan, KernelPlan, NvmePlan, SwapPlan, VllmPlan, VllmSizing
+from hostkit.plans import (
+    SWAP_FILE_NAME,
+    HostPlan,
+    KernelPlan,
+    MemoryTermPlan,
+    NvmePlan,
+    SwapPlan,
+    VllmPlan,
+    VllmSizing,
+)
 from hostkit.profile import HostProfile, mask
 from hostkit.sizes import GIB, MIB, format_size
 from hostkit.vllm_flags import FlagError, flags_for, known_versions, parse_version, render_flags
@@ -38,7 +51,6 @@ from hostkit.vllm_flags import FlagError, flags_for, known_versions, parse_versi
 SWAP_AUTO_MIN = 8 * GIB
 SWAP_AUTO_MAX = 16 * GIB
 SWAP_MIN = 1 * GIB
-ACTIVATION_RESERVE = 2 * GIB
 LONG_CONTEXT_TOKENS = 8192
 CHUNKED_PREFILL_BATCH_TOKENS = 8192
 AUTO_MAX_NUM_SEQS_CAP = 256
@@ -54,11 +66,14 @@ QUANT_BYTES_PER_PARAM = {
     "fbgemm_fp8": 1.0,
     "ptpc_fp8": 1.0,
     "experts_int8": 1.0,
-    "awq": 0.5,
-    "awq_marlin": 0.5,
-    "gptq": 0.5,
-    "gptq_marlin": 0.5,
-    "marlin": 0.5,
+    # 4-bit groups of 128 with an fp16 scale and a packed zero point each.
+    "awq": 0.5 + 2.5 / 128,
+    "awq_marlin": 0.5 + 2.5 / 128,
+    "gptq": 0.5 + 2.5 / 128,
+    "gptq_marlin": 0.5 + 2.5 / 128,
+    "marlin": 0.5 + 2.5 / 128,
+    # In-flight 4-bit: blocks of 64 with a doubly quantized absmax.
+    "bitsandbytes": 0.5 + 1 / 64,
 }
 KV_DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1, "fp8_inc": 1}
 
@@ -371,12 +386,19 @@ def _model_spec(p: HostProfile, facts: PlanningFacts, found: _Findings) -> Model
     return spec
 
 
-def _weight_bytes_per_param(p: HostProfile, spec: ModelSpec) -> float | None:
+def _weight_layout(p: HostProfile, spec: ModelSpec) -> tuple[int, float] | None:
+    """(bytes per parameter of the unquantized parts, of the decoder's linear layers), or
+    None when a size is unknown. A pre-quantized checkpoint's quantization_config wins over
+    vllm_quantization (vLLM refuses a flag that contradicts it)."""
+    dtype_bytes = spec.dtype_bytes if p.vllm_dtype in (None, "auto") else model_catalog.DTYPE_BYTES.get(p.vllm_dtype)
+    if dtype_bytes is None:
+        return None
+    if spec.quantization is not None:
+        return dtype_bytes, spec.quantization.bytes_per_param
     if p.vllm_quantization:
-        return QUANT_BYTES_PER_PARAM.get(p.vllm_quantization)
-    if p.vllm_dtype in (None, "auto"):
-        return spec.dtype_bytes
-    return model_catalog.DTYPE_BYTES.get(p.vllm_dtype)
+        linear = QUANT_BYTES_PER_PARAM.get(p.vllm_quantization)
+        return None if linear is None else (dtype_bytes, linear)
+    return dtype_bytes, dtype_bytes
 
 
 def _kv_dtype_bytes(p: HostProfile, spec: ModelSpec) -> int | None:
@@ -388,11 +410,9 @@ def _kv_dtype_bytes(p: HostProfile, spec: ModelSpec) -> int | None:
 
 
 def _size_gpu(p: HostProfile, facts: PlanningFacts, spec: ModelSpec | None, tp: int, found: _Findings) -> VllmSizing | None:
-    if spec is not None and spec.attention_heads % tp:
-        found.refuse(
-            "vllm_tensor_parallel_size",
-            f"{tp} does not divide the {spec.attention_heads} attention heads of {spec.name}; vLLM refuses to start",
-        )
+    problem = spec.tp_problem(tp) if spec is not None else None
+    if problem:
+        found.refuse("vllm_tensor_parallel_size", f"{problem}; vLLM refuses to start")
         return None
     if not facts.gpus:
         found.warnings.append("no GPUs seen on this host: GPU memory checks skipped")
@@ -415,24 +435,36 @@ def _size_gpu(p: HostProfile, facts: PlanningFacts, spec: ModelSpec | None, tp: 
             )
     if spec is None:
         return None
-    weight_bytes = _weight_bytes_per_param(p, spec)
+    layout = _weight_layout(p, spec)
     kv_bytes = _kv_dtype_bytes(p, spec)
-    if weight_bytes is None or kv_bytes is None:
+    if layout is None or kv_bytes is None:
         found.warnings.append("weight or KV cache dtype size unknown for these settings: KV cache sizing skipped")
         return None
 
     gpu_memory = min(g.memory_total_mib for g in used_gpus) * MIB
-    offload = int((p.vllm_cpu_offload_gb or 0) * GIB)
-    weights_per_gpu = max(0, spec.weight_bytes(weight_bytes) // tp - offload)
-    budget = int(gpu_memory * utilization) - weights_per_gpu - ACTIVATION_RESERVE
-    per_token = spec.kv_bytes_per_token(tp, kv_bytes)
     max_model_len = p.vllm_max_model_len or spec.max_position_embeddings
-    fit_tokens = max(0, budget) // per_token
-    arithmetic = (
-        f"{utilization} x {format_size(gpu_memory)} - weights {format_size(weights_per_gpu)}"
-        f" - reserve {format_size(ACTIVATION_RESERVE)} = {format_size(max(0, budget))} for KV cache per GPU,"
-        f" at {per_token // 1024} KiB/token"
+    chunked, batched = _profiled_batch(p, max_model_len)
+    settings = vllm_memory.EngineSettings(
+        release=parse_version(p.vllm_version)[:3],
+        tensor_parallel_size=tp,
+        gpu_memory_utilization=utilization,
+        max_model_len=max_model_len,
+        max_num_batched_tokens=batched,
+        max_num_seqs=p.vllm_max_num_seqs if isinstance(p.vllm_max_num_seqs, int) else None,
+        chunked_prefill=chunked,
+        enforce_eager=bool(p.vllm_extra_args.get("--enforce-eager")),
+        weight_dtype_bytes=layout[0],
+        linear_bytes_per_param=layout[1],
+        kv_dtype_bytes=kv_bytes,
+        cpu_offload_bytes=int((p.vllm_cpu_offload_gb or 0) * GIB),
     )
+    estimate = vllm_memory.estimate(spec, settings, gpu_memory)
+    subtracted = " - ".join(f"{t.name} {format_size(t.bytes)}" for t in estimate.terms if t.subtracted and t.bytes)
+    arithmetic = (
+        f"{utilization} x {format_size(estimate.gpu_seen_bytes)} - {subtracted}"
+        f" = {format_size(max(0, estimate.kv_bytes))} for KV cache per GPU, at {estimate.kv_bytes_per_token // 1024} KiB/token"
+    )
+    fit_tokens = estimate.kv_tokens
     if fit_tokens < max_model_len:
         key = "vllm_max_model_len" if fit_tokens > 0 else "vllm_gpu_memory_utilization"
         found.refuse(
@@ -449,13 +481,32 @@ def _size_gpu(p: HostProfile, facts: PlanningFacts, spec: ModelSpec | None, tp: 
         tensor_parallel_size=tp,
         gpu_memory_utilization=utilization,
         gpu_memory_bytes=gpu_memory,
-        weights_bytes_per_gpu=weights_per_gpu,
-        activation_reserve_bytes=ACTIVATION_RESERVE,
-        kv_bytes_per_token=per_token,
-        kv_budget_bytes=budget,
+        gpu_seen_bytes=estimate.gpu_seen_bytes,
+        weights_bytes_per_gpu=estimate.term("weights").bytes,
+        activation_peak_bytes=estimate.term("activation peak").bytes,
+        terms=[
+            MemoryTermPlan(name=t.name, bytes=t.bytes, why=t.why, subtracted=t.subtracted) for t in estimate.terms
+        ],
+        kv_bytes_per_token=estimate.kv_bytes_per_token,
+        kv_budget_bytes=estimate.kv_bytes,
+        kv_tokens=fit_tokens,
         max_model_len=max_model_len,
         max_concurrent_at_max_model_len=concurrent,
+        expected_tokens_per_request=p.vllm_expected_tokens_per_request,
     )
+
+
+def _profiled_batch(p: HostProfile, max_model_len: int) -> tuple[bool | None, int | None]:
+    """(chunked prefill, max_num_batched_tokens) as the command line will pass them, with
+    "auto" resolved as _engine_settings does (None: left to vLLM)."""
+    chunked = p.vllm_enable_chunked_prefill
+    if chunked == "auto":
+        chunked = max_model_len > LONG_CONTEXT_TOKENS
+    batched = p.vllm_max_num_batched_tokens
+    if batched == "auto":
+        v1_chunks = chunked is None and parse_version(p.vllm_version)[:3] >= (0, 8, 0)
+        batched = CHUNKED_PREFILL_BATCH_TOKENS if (chunked is True or v1_chunks) else max_model_len
+    return chunked, batched
 
 
 def _check_host_ram(p: HostProfile, tp: int, memory_max: int | None, facts: PlanningFacts, found: _Findings) -> None:
@@ -506,10 +557,14 @@ def _engine_settings(p: HostProfile, spec: ModelSpec | None, sizing: VllmSizing 
             cap = AUTO_MAX_NUM_SEQS_CAP
             if isinstance(p.vllm_max_num_batched_tokens, int):
                 cap = min(cap, p.vllm_max_num_batched_tokens)  # vLLM refuses more sequences than batch tokens
-            seqs = max(1, min(cap, sizing.max_concurrent_at_max_model_len))
+            expected = sizing.expected_tokens_per_request
+            fitting = sizing.kv_tokens // expected if expected else sizing.max_concurrent_at_max_model_len
+            seqs = max(1, min(cap, fitting))
+            sized_for = f"{expected} tokens (vllm_expected_tokens_per_request)" if expected else f"{sizing.max_model_len} tokens"
             found.notes.append(
-                f"max_num_seqs {seqs}: requests of {sizing.max_model_len} tokens that fit in the KV cache (at most {cap})"
+                f"max_num_seqs {seqs}: requests of {sized_for} that fit in the KV cache (at most {cap})"
             )
+            found.notes.append(_cap_meaning(seqs, sizing))
 
     chunked = p.vllm_enable_chunked_prefill
     if chunked == "auto":
@@ -551,6 +606,22 @@ def _engine_settings(p: HostProfile, spec: ModelSpec | None, sizing: VllmSizing 
         "--cpu-offload-gb": p.vllm_cpu_offload_gb,
         "--swap-space": p.vllm_swap_space,
     }
+
+
+def _cap_meaning(seqs: int, sizing: VllmSizing) -> str:
+    """What a max_num_seqs cap means against the KV cache: how many of the capped requests
+    can be at max_model_len, and at the expected length, before vLLM preempts."""
+    full = sizing.kv_tokens // sizing.max_model_len
+    text = (
+        f"max_num_seqs {seqs} against {sizing.kv_tokens} KV tokens: {min(seqs, full)} of them can be at "
+        f"max_model_len {sizing.max_model_len} at once"
+    )
+    if sizing.expected_tokens_per_request:
+        expected = sizing.expected_tokens_per_request
+        text += f", {min(seqs, sizing.kv_tokens // expected)} at the expected {expected} tokens"
+    if seqs > full:
+        text += "; longer requests beyond that wait or are preempted (vLLM's scheduler)"
+    return text
 
 
 def _argv(p: HostProfile, spec: ModelSpec | None, sizing: VllmSizing | None, found: _Findings) -> list[str]:

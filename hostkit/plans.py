@@ -38,19 +38,32 @@ class KernelPlan(_Plan):
     thp_defrag: str | None = None
 
 
+class MemoryTermPlan(_Plan):
+    """One term of the GPU memory arithmetic (see hostkit.vllm_memory for its source)."""
+
+    name: str
+    bytes: int
+    why: str
+    subtracted: bool = True  # False: outside vLLM's budget, shown for the record
+
+
 class VllmSizing(_Plan):
-    """GPU memory arithmetic behind the vLLM settings, per GPU (see hostkit.planner)."""
+    """GPU memory arithmetic behind the vLLM settings, per GPU (see hostkit.vllm_memory)."""
 
     model: str
     tensor_parallel_size: int
     gpu_memory_utilization: float
-    gpu_memory_bytes: int  # the smallest GPU used
+    gpu_memory_bytes: int  # nvidia-smi's memory.total of the smallest GPU used
+    gpu_seen_bytes: int  # what vLLM sees of it
     weights_bytes_per_gpu: int
-    activation_reserve_bytes: int
+    activation_peak_bytes: int
+    terms: list[MemoryTermPlan] = Field(default_factory=list)
     kv_bytes_per_token: int
     kv_budget_bytes: int
+    kv_tokens: int
     max_model_len: int
     max_concurrent_at_max_model_len: int
+    expected_tokens_per_request: int | None = None
 
 
 class VllmPlan(_Plan):

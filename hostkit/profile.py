@@ -75,6 +75,7 @@ ALLOWED: dict[str, str] = {
     "vllm_gpu_memory_utilization": "null or a number in (0, 1]",
     "vllm_max_num_seqs": "null, 'auto' or a whole number >= 1",
     "vllm_max_model_len": "null or a whole number >= 1",
+    "vllm_expected_tokens_per_request": "null or a whole number >= 1 (prompt + output tokens of a typical request)",
     "vllm_enable_chunked_prefill": "null, 'auto', true or false",
     "vllm_max_num_batched_tokens": "null, 'auto' or a whole number >= 1",
     "vllm_tensor_parallel_size": "null or a whole number >= 1",
@@ -156,6 +157,7 @@ class HostProfile(BaseModel):
     vllm_gpu_memory_utilization: Annotated[float, Field(gt=0, le=1)] | None = None
     vllm_max_num_seqs: PositiveInt | Literal["auto"] | None = None
     vllm_max_model_len: PositiveInt | None = None
+    vllm_expected_tokens_per_request: PositiveInt | None = None
     vllm_enable_chunked_prefill: bool | Literal["auto"] | None = None
     vllm_max_num_batched_tokens: PositiveInt | Literal["auto"] | None = None
     vllm_tensor_parallel_size: PositiveInt | None = None
@@ -502,6 +504,18 @@ def _vllm_issues(host: str, p: HostProfile) -> list[DataIssue]:
                 batched,
                 f"at least vllm_max_model_len ({model_len}), or enable chunked prefill",
                 reason="without chunked prefill a whole prompt must fit in one batch",
+            )
+        )
+
+    expected = p.vllm_expected_tokens_per_request
+    if expected and model_len and expected > model_len:
+        issues.append(
+            DataIssue(
+                host,
+                "vllm_expected_tokens_per_request",
+                expected,
+                f"at most vllm_max_model_len ({model_len})",
+                reason="no request is longer than the context",
             )
         )
 

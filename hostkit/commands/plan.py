@@ -16,7 +16,7 @@ from pydantic import ValidationError
 
 from hostkit.planner import PlanError, masked_env, plan_host
 from hostkit.planning_facts import PlanningFacts
-from hostkit.plans import SYSCTL_FILE, THP_UNIT, VLLM_ENV_FILE, VLLM_UNIT, HostPlan
+from hostkit.plans import SYSCTL_FILE, THP_UNIT, VLLM_ENV_FILE, VLLM_UNIT, HostPlan, VllmSizing
 from hostkit.profile import HostProfile, ProfileError, load_inventory, validate_inventory
 from hostkit.sizes import format_size
 
@@ -106,15 +106,33 @@ def plan_as_text(plan: HostPlan) -> str:
             env["VLLM_API_KEY"] = "********"
         lines.append(f"env       {'  '.join(f'{k}={v}' for k, v in sorted(env.items()))}  ({VLLM_ENV_FILE})")
         if vllm.sizing is not None:
-            s = vllm.sizing
-            lines.append(
-                f"gpu       TP {s.tensor_parallel_size}, {format_size(s.gpu_memory_bytes)}/GPU x {s.gpu_memory_utilization}: "
-                f"weights {format_size(s.weights_bytes_per_gpu)}, KV {format_size(s.kv_budget_bytes)} "
-                f"({s.kv_bytes_per_token // 1024} KiB/token), {s.max_concurrent_at_max_model_len} x {s.max_model_len} tokens"
-            )
+            lines.extend(_sizing_lines(vllm.sizing))
     lines.extend(f"WARNING   {warning}" for warning in plan.warnings)
     lines.extend(f"note      {note}" for note in plan.notes)
     return "\n".join(lines)
+
+
+def _sizing_lines(s: VllmSizing) -> list[str]:
+    """The GPU memory arithmetic, one term a line, as vLLM will do it at start-up."""
+    lines = [
+        f"gpu       TP {s.tensor_parallel_size}, {format_size(s.gpu_memory_bytes)}/GPU (vLLM sees "
+        f"{format_size(s.gpu_seen_bytes)}) x {s.gpu_memory_utilization} = "
+        f"{format_size(int(s.gpu_seen_bytes * s.gpu_memory_utilization))} for vLLM"
+    ]
+    for term in s.terms:
+        sign = "-" if term.subtracted else " "
+        aside = "" if term.subtracted else " (not subtracted)"
+        lines.append(f"          {sign} {term.name:<16} {format_size(term.bytes):>7}  {term.why}{aside}")
+    lines.append(
+        f"          = KV cache {format_size(max(0, s.kv_budget_bytes))}: {s.kv_tokens} tokens at "
+        f"{s.kv_bytes_per_token // 1024} KiB/token, {s.max_concurrent_at_max_model_len} x {s.max_model_len} tokens"
+        + (
+            f", {s.kv_tokens // s.expected_tokens_per_request} x {s.expected_tokens_per_request} (expected)"
+            if s.expected_tokens_per_request
+            else ""
+        )
+    )
+    return lines
 
 
 @click.command("plan")

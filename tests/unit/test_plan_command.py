@@ -34,7 +34,7 @@ def test_plan_from_recorded_facts_shows_every_decision():
     assert "MemoryMax=230.4G  MemoryHigh=218.9G  MemorySwapMax=8G  (cgroup v2)" in out
     assert (
         "command   /opt/vllm/bin/vllm serve Qwen/Qwen2.5-7B-Instruct --host 0.0.0.0 --port 8000 "
-        "--served-model-name Qwen/Qwen2.5-7B-Instruct --gpu-memory-utilization 0.9 --max-num-seqs 62 "
+        "--served-model-name Qwen/Qwen2.5-7B-Instruct --gpu-memory-utilization 0.9 --max-num-seqs 61 "
         "--enable-chunked-prefill --max-num-batched-tokens 8192"
     ) in out
     assert "nvme      /dev/nvme1n1: ext4 at /mnt/nvme" in out
@@ -42,6 +42,10 @@ def test_plan_from_recorded_facts_shows_every_decision():
     assert "swap      /var/lib/swap/vllm-hostkit.swap  4G" in out
     assert "vllm      disabled" in out
     assert "note      chunked prefill on: context 32768 tokens > 8192" in out
+    # Every term of the GPU memory arithmetic, one a line.
+    for term in ("driver reserve", "CUDA context", "- weights", "- activation peak", "- non-torch", "- CUDA graphs"):
+        assert term in out
+    assert "= KV cache 108.3G: 2028640 tokens at 56 KiB/token, 61 x 32768 tokens" in out
     for secret in SECRETS:
         assert secret not in result.output
 

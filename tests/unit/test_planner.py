@@ -119,7 +119,9 @@ def test_spec_from_hf_config_matches_the_builtin_table():
 @pytest.mark.parametrize(
     ("config", "message"),
     [
-        ({**QWEN7_CONFIG, "num_local_experts": 8}, "mixture-of-experts"),
+        ({**QWEN7_CONFIG, "num_experts": 8, "mlp_only_layers": [0]}, "dense layers in between"),
+        ({**QWEN7_CONFIG, "kv_lora_rank": 512}, "latent attention"),
+        ({**QWEN7_CONFIG, "quantization_config": {"quant_method": "hqq"}}, "hqq"),
         ({"text_config": QWEN7_CONFIG}, "multimodal"),
         ({k: v for k, v in QWEN7_CONFIG.items() if k != "num_hidden_layers"}, "num_hidden_layers"),
         ({**QWEN7_CONFIG, "torch_dtype": "int4"}, "torch_dtype"),
@@ -311,18 +313,77 @@ def test_cpu_offload_counts_against_host_ram():
 
 
 def test_qwen_7b_on_one_h200_by_hand():
+    # vLLM 0.33.0 (the default release) on the reference H200, every term of hostkit.vllm_memory.
     result = plan({"vllm_gpu_memory_utilization": 0.9, "vllm_max_num_seqs": "auto"})
     sizing = result.vllm.sizing
-    gpu = 143771 * 1024 * 1024  # 150754820096 bytes
-    weights = int(7.62e9 * 2)  # 15240000000
-    budget = int(gpu * 0.9) - weights - 2 * GIB  # 135679338086 - 15240000000 - 2147483648
-    assert budget == 118291854438
-    assert sizing.kv_budget_bytes == budget
+    seen = 143771 * MIB - int(0.46 * GIB)  # nvidia-smi total minus the driver reserve
+    weights = 28 * (2 * 3584 * 28 * 128 + 2 * 3584 * 4 * 128 + 3 * 3584 * 18944) + 2 * 152064 * 3584
+    assert weights == 7615283200  # parameters; bf16 is two bytes each
+    activation = int(8192 * 12 * 3584 + 12.5 * 1024 * 152064)  # 8192 tokens, 1024 sequences' logits
+    kv = int(seen * 0.9) - 2 * weights - activation - int(0.25 * GIB) - int(1.03 * GIB)
+    assert sizing.kv_budget_bytes == kv
     assert sizing.kv_bytes_per_token == 57344
-    assert budget // 57344 // 32768 == 62
-    assert sizing.max_concurrent_at_max_model_len == 62
+    assert sizing.kv_tokens == kv // (57344 * 16) * 16 == 2028640
+    assert sizing.max_concurrent_at_max_model_len == 2028640 // 32768 == 61
     assert "--max-num-seqs" in result.vllm.argv
-    assert result.vllm.argv[result.vllm.argv.index("--max-num-seqs") + 1] == "62"
+    assert result.vllm.argv[result.vllm.argv.index("--max-num-seqs") + 1] == "61"
+    assert [t.name for t in sizing.terms] == [
+        "driver reserve", "CUDA context", "weights", "activation peak", "non-torch", "CUDA graphs"
+    ]
+
+
+def test_expected_request_length_sizes_auto_max_num_seqs():
+    result = plan({"vllm_gpu_memory_utilization": 0.9, "vllm_max_num_seqs": "auto", "vllm_expected_tokens_per_request": 16384})
+    argv = result.vllm.argv
+    assert argv[argv.index("--max-num-seqs") + 1] == str(2028640 // 16384) == "123"
+    assert "max_num_seqs 123: requests of 16384 tokens (vllm_expected_tokens_per_request)" in " ".join(result.notes)
+    assert (
+        "max_num_seqs 123 against 2028640 KV tokens: 61 of them can be at max_model_len 32768 at once, "
+        "123 at the expected 16384 tokens; longer requests beyond that wait or are preempted (vLLM's scheduler)"
+    ) in result.notes
+    short = plan({"vllm_max_num_seqs": "auto", "vllm_expected_tokens_per_request": 1000}).vllm.argv
+    assert short[short.index("--max-num-seqs") + 1] == "256"  # the cap
+
+
+def test_expected_request_length_cannot_exceed_the_context():
+    from hostkit.profile import ProfileError
+
+    with pytest.raises(ProfileError, match="vllm_expected_tokens_per_request = 9000 is invalid.*at most vllm_max_model_len"):
+        profile_from_data("gpu-a1", {"vllm_model": QWEN7, "vllm_max_model_len": 8192, "vllm_expected_tokens_per_request": 9000})
+
+
+def test_communication_buffers_only_with_tensor_parallelism():
+    one = plan(model=LLAMA8).vllm.sizing
+    two = plan({"vllm_tensor_parallel_size": 2}, facts(gpus=[h200(0), h200(1)]), model=LLAMA8).vllm.sizing
+    non_torch = {s.tensor_parallel_size: next(t.bytes for t in s.terms if t.name == "non-torch") for s in (one, two)}
+    assert non_torch == {1: int(0.25 * GIB), 2: int(0.25 * GIB) + int(1.85 * GIB)}
+
+
+def test_without_chunked_prefill_the_activation_grows_with_the_context():
+    # V0 (0.6.6) profiles the whole prompt: 8k and 16k differ by 8k tokens x hidden 3584 x 16 bytes.
+    def activation(length):
+        data = {"vllm_version": "0.6.6.post1", "vllm_max_model_len": length, "vllm_enable_chunked_prefill": False}
+        return plan(data).vllm.sizing.activation_peak_bytes
+
+    assert activation(16384) - activation(8192) == 8192 * 3584 * 16
+
+
+def test_pre_quantized_checkpoints_are_sized_from_quantization_config():
+    awq = {**QWEN7_CONFIG, "torch_dtype": "float16", "quantization_config": {"quant_method": "awq", "bits": 4, "group_size": 128}}
+    sizing = plan(model="/models/q", host_facts=facts(model_config_json=awq)).vllm.sizing
+    linear = 28 * (2 * 3584 * 28 * 128 + 2 * 3584 * 4 * 128 + 3 * 3584 * 18944)
+    embeddings_and_head = 2 * 152064 * 3584 * 2  # fp16, never quantized
+    assert sizing.weights_bytes_per_gpu == int(linear * (0.5 + 2.5 / 128) + embeddings_and_head)
+    assert format_size(sizing.weights_bytes_per_gpu) == "5.2G"
+
+
+def test_moe_experts_are_split_over_tensor_parallel_ranks():
+    moe = {**QWEN7_CONFIG, "num_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 1024}
+    one = spec_from_hf_config("/m", moe)
+    assert one.moe.experts == 8
+    per_layer = 2 * 3584 * 28 * 128 + 2 * 3584 * 4 * 128 + 8 * 3 * 3584 * 1024
+    assert one.weight_bytes_per_gpu(1, 2, 2) == 2 * (28 * per_layer + 2 * 152064 * 3584 + 28 * 3584 * 8)
+    assert one.weight_bytes_per_gpu(2, 2, 2) == 2 * (28 * per_layer // 2 + 152064 * 3584 + 28 * 3584 * 8)
 
 
 def test_default_utilization_comes_from_the_release():
@@ -333,7 +394,9 @@ def test_default_utilization_comes_from_the_release():
 def test_tensor_parallel_splits_weights_and_kv():
     result = plan({"vllm_tensor_parallel_size": 2}, facts(gpus=[h200(0), h200(1)]), model=LLAMA8)
     sizing = result.vllm.sizing
-    assert sizing.weights_bytes_per_gpu == int(8.03e9 * 2) // 2
+    llama = model_catalog.lookup(LLAMA8)
+    assert sizing.weights_bytes_per_gpu == llama.weight_bytes_per_gpu(1, 2, 2) // 2
+    assert format_size(sizing.weights_bytes_per_gpu) == "7.5G"  # vLLM logged 7.51 GiB (v0.19.0, TP 2)
     assert sizing.kv_bytes_per_token == 64 * KIB
 
 
@@ -402,6 +465,9 @@ def test_weights_that_do_not_fit_are_refused():
 def test_tp_must_divide_heads_of_a_local_model():
     error = refused({"vllm_tensor_parallel_size": 3}, facts(gpus=[h200(0), h200(1), h200(2)], model_config_json=QWEN7_CONFIG), model="/models/q")
     assert "host gpu-a1: vllm_tensor_parallel_size: 3 does not divide the 28 attention heads" in str(error)
+    # 28 heads split 7 ways, but 4 KV heads neither divide by nor divide 7.
+    seven = refused({"vllm_tensor_parallel_size": 7}, facts(gpus=[h200(i) for i in range(7)], model_config_json=QWEN7_CONFIG), model="/models/q")
+    assert "7 neither divides nor is a multiple of the 4 KV heads" in str(seven)
 
 
 def test_tp_above_the_gpu_count_is_refused():

@@ -1,0 +1,172 @@
+"""What vLLM will find for its KV cache on each GPU: the memory model behind the planner.
+
+Pure: no I/O. vLLM sizes its KV cache at start-up by profiling one forward pass and
+subtracting what it saw from `gpu_memory_utilization` x the GPU total it sees:
+
+    KV = utilization x (nvidia-smi total - driver reserve)
+         - weights - activation peak - non-torch memory - CUDA graphs (from 0.21)
+
+Each term below is named, with where its figure comes from. The calibration set
+(tests/unit/fixtures/calibration/vllm_startups.json, real start-up logs) checks the whole;
+tests/unit/test_planner_calibration.py prints how close it comes. Constants marked
+"fitted" were fitted on the cases named beside them and are checked on all the others.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hostkit.model_catalog import ModelSpec
+from hostkit.sizes import GIB, KIB
+
+# The GPU total vLLM sees (torch.cuda.mem_get_info) is below nvidia-smi's memory.total:
+# an H100-80GB is 81559 MiB (79.65 GiB) to nvidia-smi and 79.19 GiB in vLLM's logs
+# (calibration cases v0.19.0-*); the issue's other GPUs show 0.4-0.6 GiB.
+DRIVER_RESERVED = int(0.46 * GIB)
+# CUDA context + cuBLAS workspace, measured on an H200 with torch 2.11 / CUDA 13.0: 0.51 GiB
+# after CUDA initialisation, 0.58 GiB outside the allocator after a bf16 matmul. vLLM V1
+# takes it before profiling ("init_cuda_memory 0.51 GiB" in the v0.19.0 logs), so it sits
+# beside the utilization budget, not inside it: shown, not subtracted.
+CUDA_CONTEXT = int(0.58 * GIB)
+# Memory outside torch's allocator that grows during profiling (NCCL, custom all-reduce).
+# One GPU: 0.24-0.27 GiB in the v0.19.0 logs, 0.03-0.35 GiB in V0 logs (issues 10517, 13882).
+NON_TORCH_ONE_GPU = int(0.25 * GIB)
+# With TP > 1 the V1 engine's communication buffers: 2.06-2.21 GiB per GPU logged in every
+# v0.19.0 TP 2 and TP 4 run (Llama-3.1-8B, Qwen2.5-7B, Llama-3.3-70B, Mixtral) against 0.25 on one.
+COMM_BUFFERS_V1 = int(1.85 * GIB)
+# V1 profiles one batch of max_num_batched_tokens; its peak is a per-token term plus the
+# sampler's logits for max_num_seqs sequences (float32, several copies). Fitted on
+# Llama-3.1-8B (1.89 GiB) and CodeLlama-7b (0.77 GiB) at 8192 tokens and 1024 sequences:
+# vocabularies 128256 and 32016, the same hidden size.
+ACTIVATION_V1_PER_TOKEN_HIDDEN = 12  # bytes per token per hidden unit
+ACTIVATION_V1_PER_SEQUENCE_VOCAB = 12.5  # bytes per sampled sequence per vocabulary entry
+# Mixture-of-experts layers add their routing and expert buffers: fitted on Mixtral-8x7B
+# (1.21 GiB), Qwen3-30B-A3B (2.68) and Qwen1.5-MoE-A2.7B (2.47) at 8192 tokens.
+ACTIVATION_MOE_PER_TOKEN = 72 * KIB
+# V0 (before 0.8) profiled max_num_batched_tokens tokens too, which without chunked prefill
+# is the whole max_model_len, and sampled 256 sequences. Least squares on issue 10517's
+# Llama-3.1-8B at 20000 tokens (2.07 GiB), PR 10511's Llama-3-8B at 8192 (1.26 GiB) and the
+# Qwen2.5-Math-1.5B case at 4096 (1.40 GiB).
+ACTIVATION_V0_PER_TOKEN_HIDDEN = 16
+ACTIVATION_V0_VOCAB = 8 * KIB  # bytes per vocabulary entry (256 sequences' logits)
+V0_SAMPLED_SEQUENCES = 256
+# Defaults vLLM picks when the command line says nothing (the v0.19.0 logs on H100:
+# "Defaulting max_num_batched_tokens to 8192", "Defaulting max_num_seqs to 1024 for
+# OPENAI_API_SERVER"; 256 sequences is the default on smaller GPUs and before V1).
+V1_DEFAULT_BATCHED_TOKENS = 8192
+V1_DEFAULT_MAX_NUM_SEQS_LARGE_GPU = 1024
+DEFAULT_MAX_NUM_SEQS = 256
+LARGE_GPU = 70 * GIB
+V0_DEFAULT_BATCHED_TOKENS = 2048
+# V0 turned chunked prefill on by itself above 32k tokens of context: issue 10517's 35k run
+# peaks lower (15.05 GiB) than its 20k run (17.06 GiB).
+V0_AUTO_CHUNKED_ABOVE = 32768
+# CUDA graphs: until 0.21 vLLM captures them after sizing the KV cache, from outside the
+# budget (0.51-1.85 GiB, mean 1.03, in the v0.19.0 logs). From 0.21 it profiles them first
+# and takes them from the KV cache (eugr/spark-vllm-docker issue 396: "CUDA-graph memory
+# profiling (default since v0.21) makes 0.80 effectively 0.758").
+CUDA_GRAPHS_PROFILED_FROM = (0, 21, 0)
+CUDA_GRAPHS = int(1.03 * GIB)
+V1_FROM = (0, 8, 0)
+BLOCK_SIZE = 16  # vLLM's default KV block size, in tokens
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    """The engine settings that move vLLM's memory arithmetic (None = vLLM's default)."""
+
+    release: tuple[int, int, int]
+    tensor_parallel_size: int
+    gpu_memory_utilization: float
+    max_model_len: int
+    max_num_batched_tokens: int | None = None
+    max_num_seqs: int | None = None
+    chunked_prefill: bool | None = None
+    enforce_eager: bool = False
+    weight_dtype_bytes: int = 2
+    linear_bytes_per_param: float = 2.0
+    kv_dtype_bytes: int = 2
+    cpu_offload_bytes: int = 0
+
+
+@dataclass(frozen=True)
+class MemoryTerm:
+    name: str
+    bytes: int
+    why: str
+    subtracted: bool = True  # False: shown for the record, outside vLLM's budget
+
+
+@dataclass(frozen=True)
+class GpuMemoryEstimate:
+    gpu_seen_bytes: int
+    budget_bytes: int  # utilization x what vLLM sees
+    terms: tuple[MemoryTerm, ...]
+    kv_bytes: int
+    kv_bytes_per_token: int
+    kv_tokens: int
+    profiled_tokens: int
+
+    def term(self, name: str) -> MemoryTerm:
+        return next(t for t in self.terms if t.name == name)
+
+
+def _is_v1(s: EngineSettings) -> bool:
+    return s.release >= V1_FROM
+
+
+def profiled_tokens(s: EngineSettings) -> int:
+    """Tokens in vLLM's profiling batch: max_num_batched_tokens, or the whole context when
+    prompts are not prefilled in chunks."""
+    chunked = s.chunked_prefill
+    if chunked is None:
+        chunked = _is_v1(s) or s.max_model_len > V0_AUTO_CHUNKED_ABOVE
+    default = V1_DEFAULT_BATCHED_TOKENS if _is_v1(s) else V0_DEFAULT_BATCHED_TOKENS
+    batched = s.max_num_batched_tokens or default
+    return batched if chunked else max(batched if s.max_num_batched_tokens else 0, s.max_model_len, default)
+
+
+def activation_peak(spec: ModelSpec, s: EngineSettings, gpu_seen_bytes: int) -> tuple[int, str]:
+    tokens = profiled_tokens(s)
+    scale = s.weight_dtype_bytes / 2  # the per-token buffers are in the model's dtype
+    if _is_v1(s):
+        large = gpu_seen_bytes >= LARGE_GPU
+        seqs = s.max_num_seqs or (V1_DEFAULT_MAX_NUM_SEQS_LARGE_GPU if large else DEFAULT_MAX_NUM_SEQS)
+        per_token = ACTIVATION_V1_PER_TOKEN_HIDDEN * spec.hidden * scale + (ACTIVATION_MOE_PER_TOKEN if spec.moe else 0)
+        logits = ACTIVATION_V1_PER_SEQUENCE_VOCAB * seqs * spec.vocab
+        why = f"{tokens} profiled tokens x hidden {spec.hidden}, and {seqs} sequences' logits over {spec.vocab} tokens"
+    else:
+        per_token = ACTIVATION_V0_PER_TOKEN_HIDDEN * spec.hidden * scale
+        logits = ACTIVATION_V0_VOCAB * spec.vocab
+        why = f"{tokens} profiled tokens x hidden {spec.hidden}, and {V0_SAMPLED_SEQUENCES} sequences' logits"
+    return int(tokens * per_token + logits), why
+
+
+def estimate(spec: ModelSpec, s: EngineSettings, nvidia_smi_total_bytes: int) -> GpuMemoryEstimate:
+    """vLLM's KV cache on each GPU for `spec` under `s`, term by term."""
+    tp = s.tensor_parallel_size
+    seen = nvidia_smi_total_bytes - DRIVER_RESERVED
+    budget = int(seen * s.gpu_memory_utilization)
+    weights = max(0, spec.weight_bytes_per_gpu(tp, s.weight_dtype_bytes, s.linear_bytes_per_param) - s.cpu_offload_bytes)
+    activation, activation_why = activation_peak(spec, s, seen)
+    comm = COMM_BUFFERS_V1 if tp > 1 and _is_v1(s) else 0
+    graphs = CUDA_GRAPHS if not s.enforce_eager else 0
+    graphs_taken = graphs > 0 and s.release >= CUDA_GRAPHS_PROFILED_FROM
+    terms = (
+        MemoryTerm("driver reserve", DRIVER_RESERVED, "nvidia-smi's total minus the total vLLM sees", False),
+        MemoryTerm("CUDA context", CUDA_CONTEXT, "CUDA context and cuBLAS workspace, beside vLLM's budget", False),
+        MemoryTerm("weights", weights, f"{spec.name} over {tp} GPU(s)"),
+        MemoryTerm("activation peak", activation, activation_why),
+        MemoryTerm("non-torch", NON_TORCH_ONE_GPU + comm, "allocations outside torch" + (f", TP {tp} communication buffers" if comm else "")),
+        MemoryTerm(
+            "CUDA graphs",
+            graphs,
+            "profiled and taken from the KV cache (vLLM 0.21 and later)" if graphs_taken else
+            ("none (enforce_eager)" if not graphs else "captured after the KV cache is sized (before 0.21)"),
+            graphs_taken,
+        ),
+    )
+    kv = budget - sum(t.bytes for t in terms if t.subtracted)
+    per_token = spec.kv_bytes_per_token(tp, s.kv_dtype_bytes)
+    tokens = max(0, kv) // (per_token * BLOCK_SIZE) * BLOCK_SIZE
+    return GpuMemoryEstimate(seen, budget, terms, kv, per_token, tokens, profiled_tokens(s))
