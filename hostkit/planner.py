@@ -453,6 +453,7 @@ def _size_gpu(p: HostProfile, facts: PlanningFacts, spec: ModelSpec | None, tp: 
         max_num_seqs=p.vllm_max_num_seqs if isinstance(p.vllm_max_num_seqs, int) else None,
         chunked_prefill=chunked,
         enforce_eager=bool(p.vllm_extra_args.get("--enforce-eager")),
+        gpu_name=used_gpus[0].name,
         weight_dtype_bytes=layout[0],
         linear_bytes_per_param=layout[1],
         kv_dtype_bytes=kv_bytes,

@@ -28,20 +28,29 @@ DRIVER_RESERVED = int(0.46 * GIB)
 # takes it before profiling ("init_cuda_memory 0.51 GiB" in the v0.19.0 logs), so it sits
 # beside the utilization budget, not inside it: shown, not subtracted.
 CUDA_CONTEXT = int(0.58 * GIB)
-# Memory outside torch's allocator that grows during profiling (NCCL, custom all-reduce).
-# One GPU: 0.24-0.27 GiB in the v0.19.0 logs, 0.03-0.35 GiB in V0 logs (issues 10517, 13882).
+# Memory outside torch's allocator that grows during profiling (NCCL, custom all-reduce),
+# one GPU: 0.24-0.27 GiB in the v0.19.0 logs and the 0.18.0 run of the version sweep,
+# 0.13-0.14 GiB from 0.11 to 0.17 (version sweep, v0.11 document), 0.03-0.35 GiB in V0 logs.
 NON_TORCH_ONE_GPU = int(0.25 * GIB)
-# With TP > 1 the V1 engine's communication buffers: 2.06-2.21 GiB per GPU logged in every
-# v0.19.0 TP 2 and TP 4 run (Llama-3.1-8B, Qwen2.5-7B, Llama-3.3-70B, Mixtral) against 0.25 on one.
-COMM_BUFFERS_V1 = int(1.85 * GIB)
+NON_TORCH_ONE_GPU_V1_BEFORE_018 = int(0.13 * GIB)
+# With TP > 1 the communication buffers vLLM counts: 2.06-2.21 GiB per GPU in every v0.19.0
+# TP 2 and TP 4 run (Llama-3.1-8B, Qwen2.5-7B, Llama-3.3-70B, Mixtral) against 0.25 on one;
+# 0.54-0.55 GiB in the v0.11 document's TP 2 runs; none in 0.10.1.1's (A100 logs, the TP 2
+# KV figures leave 0.14 GiB for it). 0.18 is where the one-GPU figure rose too.
+COMM_BUFFERS_FROM_018 = int(1.85 * GIB)
+COMM_BUFFERS_011_TO_017 = int(0.42 * GIB)
 # V1 profiles one batch of max_num_batched_tokens; its peak is a per-token term plus the
 # sampler's logits for max_num_seqs sequences (float32, several copies). Fitted on
-# Llama-3.1-8B (1.89 GiB) and CodeLlama-7b (0.77 GiB) at 8192 tokens and 1024 sequences:
-# vocabularies 128256 and 32016, the same hidden size.
+# Llama-3.1-8B (1.89 GiB) and CodeLlama-7b (0.77 GiB) at 8192 tokens and 1024 sequences
+# (v0.19.0): vocabularies 128256 and 32016, the same hidden size.
 ACTIVATION_V1_PER_TOKEN_HIDDEN = 12  # bytes per token per hidden unit
 ACTIVATION_V1_PER_SEQUENCE_VOCAB = 12.5  # bytes per sampled sequence per vocabulary entry
+# From 0.11 to 0.16 the sampler's profile took about three times that: Qwen3-14B 5.64 GiB
+# in 0.15.0 and 0.16.0, 2.23 GiB from 0.17.0 (version sweep); 4.76-5.64 GiB in the v0.11
+# document. Fitted on its Llama-3.1-8B and Qwen3-32B runs. 0.10.1.1 (A100 logs) is small.
+ACTIVATION_V1_PER_SEQUENCE_VOCAB_011_TO_016 = 35.5
 # Mixture-of-experts layers add their routing and expert buffers: fitted on Mixtral-8x7B
-# (1.21 GiB), Qwen3-30B-A3B (2.68) and Qwen1.5-MoE-A2.7B (2.47) at 8192 tokens.
+# (1.21 GiB), Qwen3-30B-A3B (2.68) and Qwen1.5-MoE-A2.7B (2.47) at 8192 tokens (v0.19.0).
 ACTIVATION_MOE_PER_TOKEN = 72 * KIB
 # V0 (before 0.8) profiled max_num_batched_tokens tokens too, which without chunked prefill
 # is the whole max_model_len, and sampled 256 sequences. Least squares on issue 10517's
@@ -50,11 +59,14 @@ ACTIVATION_MOE_PER_TOKEN = 72 * KIB
 ACTIVATION_V0_PER_TOKEN_HIDDEN = 16
 ACTIVATION_V0_VOCAB = 8 * KIB  # bytes per vocabulary entry (256 sequences' logits)
 V0_SAMPLED_SEQUENCES = 256
-# Defaults vLLM picks when the command line says nothing (the v0.19.0 logs on H100:
-# "Defaulting max_num_batched_tokens to 8192", "Defaulting max_num_seqs to 1024 for
-# OPENAI_API_SERVER"; 256 sequences is the default on smaller GPUs and before V1).
-V1_DEFAULT_BATCHED_TOKENS = 8192
-V1_DEFAULT_MAX_NUM_SEQS_LARGE_GPU = 1024
+# Defaults vLLM picks when the command line says nothing: on GPUs like H100 (70 GiB or more,
+# not an A100) 8192 batched tokens and 1024 sequences ("Defaulting max_num_batched_tokens to
+# 8192", "Defaulting max_num_seqs to 1024 for OPENAI_API_SERVER" in the v0.19.0 logs), else
+# 2048 and 256 ("Chunked prefill is enabled with max_num_batched_tokens=2048" on A100 80GB,
+# 0.10.1.1).
+V1_LARGE_GPU_BATCHED_TOKENS = 8192
+V1_LARGE_GPU_MAX_NUM_SEQS = 1024
+V1_DEFAULT_BATCHED_TOKENS = 2048
 DEFAULT_MAX_NUM_SEQS = 256
 LARGE_GPU = 70 * GIB
 V0_DEFAULT_BATCHED_TOKENS = 2048
@@ -83,6 +95,7 @@ class EngineSettings:
     max_num_seqs: int | None = None
     chunked_prefill: bool | None = None
     enforce_eager: bool = False
+    gpu_name: str = ""
     weight_dtype_bytes: int = 2
     linear_bytes_per_param: float = 2.0
     kv_dtype_bytes: int = 2
@@ -115,31 +128,51 @@ def _is_v1(s: EngineSettings) -> bool:
     return s.release >= V1_FROM
 
 
-def profiled_tokens(s: EngineSettings) -> int:
+def _large_gpu_defaults(s: EngineSettings, gpu_seen_bytes: int) -> bool:
+    return _is_v1(s) and gpu_seen_bytes >= LARGE_GPU and "a100" not in s.gpu_name.lower()
+
+
+def profiled_tokens(s: EngineSettings, gpu_seen_bytes: int) -> int:
     """Tokens in vLLM's profiling batch: max_num_batched_tokens, or the whole context when
     prompts are not prefilled in chunks."""
     chunked = s.chunked_prefill
     if chunked is None:
         chunked = _is_v1(s) or s.max_model_len > V0_AUTO_CHUNKED_ABOVE
-    default = V1_DEFAULT_BATCHED_TOKENS if _is_v1(s) else V0_DEFAULT_BATCHED_TOKENS
+    if _is_v1(s):
+        default = V1_LARGE_GPU_BATCHED_TOKENS if _large_gpu_defaults(s, gpu_seen_bytes) else V1_DEFAULT_BATCHED_TOKENS
+    else:
+        default = V0_DEFAULT_BATCHED_TOKENS
     batched = s.max_num_batched_tokens or default
     return batched if chunked else max(batched if s.max_num_batched_tokens else 0, s.max_model_len, default)
 
 
 def activation_peak(spec: ModelSpec, s: EngineSettings, gpu_seen_bytes: int) -> tuple[int, str]:
-    tokens = profiled_tokens(s)
+    tokens = profiled_tokens(s, gpu_seen_bytes)
     scale = s.weight_dtype_bytes / 2  # the per-token buffers are in the model's dtype
     if _is_v1(s):
-        large = gpu_seen_bytes >= LARGE_GPU
-        seqs = s.max_num_seqs or (V1_DEFAULT_MAX_NUM_SEQS_LARGE_GPU if large else DEFAULT_MAX_NUM_SEQS)
+        default_seqs = V1_LARGE_GPU_MAX_NUM_SEQS if _large_gpu_defaults(s, gpu_seen_bytes) else DEFAULT_MAX_NUM_SEQS
+        seqs = s.max_num_seqs or default_seqs
         per_token = ACTIVATION_V1_PER_TOKEN_HIDDEN * spec.hidden * scale + (ACTIVATION_MOE_PER_TOKEN if spec.moe else 0)
-        logits = ACTIVATION_V1_PER_SEQUENCE_VOCAB * seqs * spec.vocab
+        heavy_sampler = (0, 11, 0) <= s.release < (0, 17, 0)
+        per_logit = ACTIVATION_V1_PER_SEQUENCE_VOCAB_011_TO_016 if heavy_sampler else ACTIVATION_V1_PER_SEQUENCE_VOCAB
+        logits = per_logit * seqs * spec.vocab
         why = f"{tokens} profiled tokens x hidden {spec.hidden}, and {seqs} sequences' logits over {spec.vocab} tokens"
     else:
         per_token = ACTIVATION_V0_PER_TOKEN_HIDDEN * spec.hidden * scale
         logits = ACTIVATION_V0_VOCAB * spec.vocab
         why = f"{tokens} profiled tokens x hidden {spec.hidden}, and {V0_SAMPLED_SEQUENCES} sequences' logits"
     return int(tokens * per_token + logits), why
+
+
+def non_torch(s: EngineSettings) -> tuple[int, str]:
+    one_gpu = NON_TORCH_ONE_GPU_V1_BEFORE_018 if _is_v1(s) and s.release < (0, 18, 0) else NON_TORCH_ONE_GPU
+    comm = 0
+    if s.tensor_parallel_size > 1 and s.release >= (0, 18, 0):
+        comm = COMM_BUFFERS_FROM_018
+    elif s.tensor_parallel_size > 1 and s.release >= (0, 11, 0):
+        comm = COMM_BUFFERS_011_TO_017
+    why = "allocations outside torch" + (f", TP {s.tensor_parallel_size} communication buffers" if comm else "")
+    return one_gpu + comm, why
 
 
 def estimate(spec: ModelSpec, s: EngineSettings, nvidia_smi_total_bytes: int) -> GpuMemoryEstimate:
@@ -149,7 +182,7 @@ def estimate(spec: ModelSpec, s: EngineSettings, nvidia_smi_total_bytes: int) ->
     budget = int(seen * s.gpu_memory_utilization)
     weights = max(0, spec.weight_bytes_per_gpu(tp, s.weight_dtype_bytes, s.linear_bytes_per_param) - s.cpu_offload_bytes)
     activation, activation_why = activation_peak(spec, s, seen)
-    comm = COMM_BUFFERS_V1 if tp > 1 and _is_v1(s) else 0
+    outside_torch, outside_torch_why = non_torch(s)
     graphs = CUDA_GRAPHS if not s.enforce_eager else 0
     graphs_taken = graphs > 0 and s.release >= CUDA_GRAPHS_PROFILED_FROM
     terms = (
@@ -157,7 +190,7 @@ def estimate(spec: ModelSpec, s: EngineSettings, nvidia_smi_total_bytes: int) ->
         MemoryTerm("CUDA context", CUDA_CONTEXT, "CUDA context and cuBLAS workspace, beside vLLM's budget", False),
         MemoryTerm("weights", weights, f"{spec.name} over {tp} GPU(s)"),
         MemoryTerm("activation peak", activation, activation_why),
-        MemoryTerm("non-torch", NON_TORCH_ONE_GPU + comm, "allocations outside torch" + (f", TP {tp} communication buffers" if comm else "")),
+        MemoryTerm("non-torch", outside_torch, outside_torch_why),
         MemoryTerm(
             "CUDA graphs",
             graphs,
@@ -169,4 +202,4 @@ def estimate(spec: ModelSpec, s: EngineSettings, nvidia_smi_total_bytes: int) ->
     kv = budget - sum(t.bytes for t in terms if t.subtracted)
     per_token = spec.kv_bytes_per_token(tp, s.kv_dtype_bytes)
     tokens = max(0, kv) // (per_token * BLOCK_SIZE) * BLOCK_SIZE
-    return GpuMemoryEstimate(seen, budget, terms, kv, per_token, tokens, profiled_tokens(s))
+    return GpuMemoryEstimate(seen, budget, terms, kv, per_token, tokens, profiled_tokens(s, seen))
