@@ -20,8 +20,8 @@ from hostkit.model_catalog import ModelSpec
 from hostkit.sizes import GIB, KIB
 
 # The GPU total vLLM sees (torch.cuda.mem_get_info) is below nvidia-smi's memory.total:
-# an H100-80GB is 81559 MiB (79.65 GiB) to nvidia-smi and 79.19 GiB in vLLM's logs
-# (calibration cases v0.19.0-*); the issue's other GPUs show 0.4-0.6 GiB.
+# an H100 80GB HBM3 is 81559 MiB (79.65 GiB) to nvidia-smi (vLLM issue 55169's output) and
+# 79.19 GiB in vLLM's logs (calibration cases v0.19.0-*); other GPUs show 0.4-0.6 GiB.
 DRIVER_RESERVED = int(0.46 * GIB)
 # CUDA context + cuBLAS workspace, measured on an H200 with torch 2.11 / CUDA 13.0: 0.51 GiB
 # after CUDA initialisation, 0.58 GiB outside the allocator after a bf16 matmul. vLLM V1
@@ -74,11 +74,15 @@ V0_DEFAULT_BATCHED_TOKENS = 2048
 # peaks lower (15.05 GiB) than its 20k run (17.06 GiB).
 V0_AUTO_CHUNKED_ABOVE = 32768
 # CUDA graphs: until 0.21 vLLM captures them after sizing the KV cache, from outside the
-# budget (0.51-1.85 GiB, mean 1.03, in the v0.19.0 logs). From 0.21 it profiles them first
-# and takes them from the KV cache (eugr/spark-vllm-docker issue 396: "CUDA-graph memory
-# profiling (default since v0.21) makes 0.80 effectively 0.758").
+# budget. From 0.21 it profiles them first and takes them from the KV cache
+# (eugr/spark-vllm-docker issue 396: "CUDA-graph memory profiling (default since v0.21)
+# makes 0.80 effectively 0.758"). Their size follows the capture sizes, so max_num_seqs:
+# 0.51-1.85 GiB, mean 1.03, captured on H100 with 1024 sequences (v0.19.0 logs); 0.42 GiB
+# estimated with the 256-sequence default on a 47 GiB SM89 GPU (vLLM PR 57047's log); 0.17
+# and 0.36 GiB estimated in gpustack/runner PR 251 and noonghunna/club-3090 issue 127.
 CUDA_GRAPHS_PROFILED_FROM = (0, 21, 0)
-CUDA_GRAPHS = int(1.03 * GIB)
+CUDA_GRAPHS_LARGE_GPU = int(1.03 * GIB)
+CUDA_GRAPHS = int(0.42 * GIB)
 V1_FROM = (0, 8, 0)
 BLOCK_SIZE = 16  # vLLM's default KV block size, in tokens
 
@@ -183,7 +187,7 @@ def estimate(spec: ModelSpec, s: EngineSettings, nvidia_smi_total_bytes: int) ->
     weights = max(0, spec.weight_bytes_per_gpu(tp, s.weight_dtype_bytes, s.linear_bytes_per_param) - s.cpu_offload_bytes)
     activation, activation_why = activation_peak(spec, s, seen)
     outside_torch, outside_torch_why = non_torch(s)
-    graphs = CUDA_GRAPHS if not s.enforce_eager else 0
+    graphs = 0 if s.enforce_eager else CUDA_GRAPHS_LARGE_GPU if _large_gpu_defaults(s, seen) else CUDA_GRAPHS
     graphs_taken = graphs > 0 and s.release >= CUDA_GRAPHS_PROFILED_FROM
     terms = (
         MemoryTerm("driver reserve", DRIVER_RESERVED, "nvidia-smi's total minus the total vLLM sees", False),
