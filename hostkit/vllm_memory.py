@@ -82,7 +82,7 @@ V0_AUTO_CHUNKED_ABOVE = 32768
 # and 0.36 GiB estimated in gpustack/runner PR 251 and noonghunna/club-3090 issue 127.
 CUDA_GRAPHS_PROFILED_FROM = (0, 21, 0)
 CUDA_GRAPHS_LARGE_GPU = int(1.03 * GIB)
-CUDA_GRAPHS = int(0.42 * GIB)
+CUDA_GRAPHS_SMALLER_GPU = int(0.42 * GIB)
 V1_FROM = (0, 8, 0)
 BLOCK_SIZE = 16  # vLLM's default KV block size, in tokens
 
@@ -117,12 +117,10 @@ class MemoryTerm:
 @dataclass(frozen=True)
 class GpuMemoryEstimate:
     gpu_seen_bytes: int
-    budget_bytes: int  # utilization x what vLLM sees
     terms: tuple[MemoryTerm, ...]
     kv_bytes: int
     kv_bytes_per_token: int
     kv_tokens: int
-    profiled_tokens: int
 
     def term(self, name: str) -> MemoryTerm:
         return next(t for t in self.terms if t.name == name)
@@ -187,7 +185,7 @@ def estimate(spec: ModelSpec, s: EngineSettings, nvidia_smi_total_bytes: int) ->
     weights = max(0, spec.weight_bytes_per_gpu(tp, s.weight_dtype_bytes, s.linear_bytes_per_param) - s.cpu_offload_bytes)
     activation, activation_why = activation_peak(spec, s, seen)
     outside_torch, outside_torch_why = non_torch(s)
-    graphs = 0 if s.enforce_eager else CUDA_GRAPHS_LARGE_GPU if _large_gpu_defaults(s, seen) else CUDA_GRAPHS
+    graphs = 0 if s.enforce_eager else CUDA_GRAPHS_LARGE_GPU if _large_gpu_defaults(s, seen) else CUDA_GRAPHS_SMALLER_GPU
     graphs_taken = graphs > 0 and s.release >= CUDA_GRAPHS_PROFILED_FROM
     terms = (
         MemoryTerm("driver reserve", DRIVER_RESERVED, "nvidia-smi's total minus the total vLLM sees", False),
@@ -206,4 +204,4 @@ def estimate(spec: ModelSpec, s: EngineSettings, nvidia_smi_total_bytes: int) ->
     kv = budget - sum(t.bytes for t in terms if t.subtracted)
     per_token = spec.kv_bytes_per_token(tp, s.kv_dtype_bytes)
     tokens = max(0, kv) // (per_token * BLOCK_SIZE) * BLOCK_SIZE
-    return GpuMemoryEstimate(seen, budget, terms, kv, per_token, tokens, profiled_tokens(s, seen))
+    return GpuMemoryEstimate(seen, terms, kv, per_token, tokens)

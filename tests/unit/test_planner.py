@@ -345,18 +345,20 @@ def test_expected_request_length_sizes_auto_max_num_seqs():
     assert short[short.index("--max-num-seqs") + 1] == "256"  # the cap
 
 
-def test_expected_request_length_cannot_exceed_the_context():
-    from hostkit.profile import ProfileError
-
-    with pytest.raises(ProfileError, match="vllm_expected_tokens_per_request = 9000 is invalid.*at most vllm_max_model_len"):
-        profile_from_data("gpu-a1", {"vllm_model": QWEN7, "vllm_max_model_len": 8192, "vllm_expected_tokens_per_request": 9000})
-
-
 def test_communication_buffers_only_with_tensor_parallelism():
     one = plan(model=LLAMA8).vllm.sizing
     two = plan({"vllm_tensor_parallel_size": 2}, facts(gpus=[h200(0), h200(1)]), model=LLAMA8).vllm.sizing
     non_torch = {s.tensor_parallel_size: next(t.bytes for t in s.terms if t.name == "non-torch") for s in (one, two)}
     assert non_torch == {1: int(0.25 * GIB), 2: int(0.25 * GIB) + int(1.85 * GIB)}
+
+
+def test_cuda_graphs_are_taken_from_the_kv_cache_from_0_21():
+    def graphs(data):
+        return next(t for t in plan(data).vllm.sizing.terms if t.name == "CUDA graphs")
+
+    assert (graphs({"vllm_version": "0.33.0"}).bytes, graphs({"vllm_version": "0.33.0"}).subtracted) == (int(1.03 * GIB), True)
+    assert graphs({"vllm_version": "0.20.0"}).subtracted is False  # captured after the KV cache is sized
+    assert graphs({"vllm_extra_args": {"--enforce-eager": True}}).bytes == 0
 
 
 def test_without_chunked_prefill_the_activation_grows_with_the_context():

@@ -49,6 +49,12 @@ BAD_INPUTS = [
     ({"vllm_max_num_seqs": 0}, "vllm_max_num_seqs", ">= 1"),
     ({"vllm_max_num_seqs": "many"}, "vllm_max_num_seqs", "'auto'"),
     ({"vllm_enable_chunked_prefill": "yes"}, "vllm_enable_chunked_prefill", "true or false"),
+    ({"vllm_expected_tokens_per_request": 0}, "vllm_expected_tokens_per_request", ">= 1 (prompt + output tokens"),
+    (
+        {"vllm_max_model_len": 8192, "vllm_expected_tokens_per_request": 9000},
+        "vllm_expected_tokens_per_request = 9000",
+        "at most vllm_max_model_len (8192)",
+    ),
     (
         {"vllm_max_num_seqs": 256, "vllm_max_num_batched_tokens": 64},
         "vllm_max_num_batched_tokens = 64",
