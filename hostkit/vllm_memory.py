@@ -19,12 +19,16 @@ from dataclasses import dataclass
 from hostkit.model_catalog import ModelSpec
 from hostkit.sizes import GIB, KIB
 
-# The GPU total vLLM sees (torch.cuda.mem_get_info) is below nvidia-smi's memory.total:
-# an H100 80GB HBM3 is 81559 MiB (79.65 GiB) to nvidia-smi (vLLM issue 55169's output) and
-# 79.19 GiB in vLLM's logs (calibration cases v0.19.0-*); other GPUs show 0.4-0.6 GiB.
-DRIVER_RESERVED = int(0.46 * GIB)
+# The GPU total vLLM sees (torch.cuda.mem_get_info) is below nvidia-smi's memory.total.
+# H200: 143771 MiB to nvidia-smi, 143155.9 MiB to torch 2.11 / CUDA 13.0 (measured on the
+# project's H200 on 2026-12-01): 0.60 GiB. H100 80GB HBM3: 81559 MiB (79.65 GiB) to
+# nvidia-smi (vLLM issue 55169's output) and 79.19 GiB in vLLM's logs (calibration cases
+# v0.19.0-*): 0.46 GiB. Other GPUs: the middle of the 0.4-0.6 GiB seen on them.
+DRIVER_RESERVED_BY_GPU = {"h200": int(0.60 * GIB), "h100": int(0.46 * GIB)}
+DRIVER_RESERVED = int(0.50 * GIB)
 # CUDA context + cuBLAS workspace, measured on an H200 with torch 2.11 / CUDA 13.0: 0.51 GiB
-# after CUDA initialisation, 0.58 GiB outside the allocator after a bf16 matmul. vLLM V1
+# after CUDA initialisation, 0.58 GiB outside the allocator after a bf16 matmul (measured
+# again on 2026-12-01: 0.514 and 0.581 GiB). vLLM V1
 # takes it before profiling ("init_cuda_memory 0.51 GiB" in the v0.19.0 logs), so it sits
 # beside the utilization budget, not inside it: shown, not subtracted.
 CUDA_CONTEXT = int(0.58 * GIB)
@@ -126,6 +130,12 @@ class GpuMemoryEstimate:
         return next(t for t in self.terms if t.name == name)
 
 
+def driver_reserved(gpu_name: str) -> int:
+    """nvidia-smi's memory.total minus the total vLLM sees, for a GPU of this name."""
+    name = gpu_name.lower()
+    return next((reserve for key, reserve in DRIVER_RESERVED_BY_GPU.items() if key in name), DRIVER_RESERVED)
+
+
 def _is_v1(s: EngineSettings) -> bool:
     return s.release >= V1_FROM
 
@@ -180,7 +190,8 @@ def non_torch(s: EngineSettings) -> tuple[int, str]:
 def estimate(spec: ModelSpec, s: EngineSettings, nvidia_smi_total_bytes: int) -> GpuMemoryEstimate:
     """vLLM's KV cache on each GPU for `spec` under `s`, term by term."""
     tp = s.tensor_parallel_size
-    seen = nvidia_smi_total_bytes - DRIVER_RESERVED
+    reserve = driver_reserved(s.gpu_name)
+    seen = nvidia_smi_total_bytes - reserve
     budget = int(seen * s.gpu_memory_utilization)
     weights = max(0, spec.weight_bytes_per_gpu(tp, s.weight_dtype_bytes, s.linear_bytes_per_param) - s.cpu_offload_bytes)
     activation, activation_why = activation_peak(spec, s, seen)
@@ -188,7 +199,7 @@ def estimate(spec: ModelSpec, s: EngineSettings, nvidia_smi_total_bytes: int) ->
     graphs = 0 if s.enforce_eager else CUDA_GRAPHS_LARGE_GPU if _large_gpu_defaults(s, seen) else CUDA_GRAPHS_SMALLER_GPU
     graphs_taken = graphs > 0 and s.release >= CUDA_GRAPHS_PROFILED_FROM
     terms = (
-        MemoryTerm("driver reserve", DRIVER_RESERVED, "nvidia-smi's total minus the total vLLM sees", False),
+        MemoryTerm("driver reserve", reserve, "nvidia-smi's total minus the total vLLM sees", False),
         MemoryTerm("CUDA context", CUDA_CONTEXT, "CUDA context and cuBLAS workspace, beside vLLM's budget", False),
         MemoryTerm("weights", weights, f"{spec.name} over {tp} GPU(s)"),
         MemoryTerm("activation peak", activation, activation_why),

@@ -316,15 +316,15 @@ def test_qwen_7b_on_one_h200_by_hand():
     # vLLM 0.33.0 (the default release) on the reference H200, every term of hostkit.vllm_memory.
     result = plan({"vllm_gpu_memory_utilization": 0.9, "vllm_max_num_seqs": "auto"})
     sizing = result.vllm.sizing
-    seen = 143771 * MIB - int(0.46 * GIB)  # nvidia-smi total minus the driver reserve
+    seen = 143771 * MIB - int(0.60 * GIB)  # nvidia-smi total minus the H200 driver reserve
     weights = 28 * (2 * 3584 * 28 * 128 + 2 * 3584 * 4 * 128 + 3 * 3584 * 18944) + 2 * 152064 * 3584
     assert weights == 7615283200  # parameters; bf16 is two bytes each
     activation = int(8192 * 12 * 3584 + 12.5 * 1024 * 152064)  # 8192 tokens, 1024 sequences' logits
     kv = int(seen * 0.9) - 2 * weights - activation - int(0.25 * GIB) - int(1.03 * GIB)
     assert sizing.kv_budget_bytes == kv
     assert sizing.kv_bytes_per_token == 57344
-    assert sizing.kv_tokens == kv // (57344 * 16) * 16 == 2028640
-    assert sizing.max_concurrent_at_max_model_len == 2028640 // 32768 == 61
+    assert sizing.kv_tokens == kv // (57344 * 16) * 16 == 2026288
+    assert sizing.max_concurrent_at_max_model_len == 2026288 // 32768 == 61
     assert "--max-num-seqs" in result.vllm.argv
     assert result.vllm.argv[result.vllm.argv.index("--max-num-seqs") + 1] == "61"
     assert [t.name for t in sizing.terms] == [
@@ -335,10 +335,10 @@ def test_qwen_7b_on_one_h200_by_hand():
 def test_expected_request_length_sizes_auto_max_num_seqs():
     result = plan({"vllm_gpu_memory_utilization": 0.9, "vllm_max_num_seqs": "auto", "vllm_expected_tokens_per_request": 16384})
     argv = result.vllm.argv
-    assert argv[argv.index("--max-num-seqs") + 1] == str(2028640 // 16384) == "123"
+    assert argv[argv.index("--max-num-seqs") + 1] == str(2026288 // 16384) == "123"
     assert "max_num_seqs 123: requests of 16384 tokens (vllm_expected_tokens_per_request)" in " ".join(result.notes)
     assert (
-        "max_num_seqs 123 against 2028640 KV tokens: 61 of them can be at max_model_len 32768 at once, "
+        "max_num_seqs 123 against 2026288 KV tokens: 61 of them can be at max_model_len 32768 at once, "
         "123 at the expected 16384 tokens; longer requests beyond that wait or are preempted (vLLM's scheduler)"
     ) in result.notes
     short = plan({"vllm_max_num_seqs": "auto", "vllm_expected_tokens_per_request": 1000}).vllm.argv

@@ -19,7 +19,7 @@ from hostkit.planner import PlanError, plan_host
 from hostkit.planning_facts import GpuFact, PlanningFacts
 from hostkit.profile import profile_from_data
 from hostkit.sizes import GIB, MIB
-from hostkit.vllm_memory import DRIVER_RESERVED
+from hostkit.vllm_memory import driver_reserved
 
 FIXTURE = Path(__file__).parent / "fixtures" / "calibration" / "vllm_startups.json"
 CASES = json.loads(FIXTURE.read_text())["cases"]
@@ -62,7 +62,7 @@ def _config_json(model: dict) -> dict:
 def _gpus(case: dict) -> list[GpuFact]:
     gpu = case["gpu"]
     # nvidia-smi's memory.total is what vLLM logged plus the driver's share it never sees.
-    total_mib = round((gpu["vllm_total_gib"] * GIB + DRIVER_RESERVED) / MIB)
+    total_mib = round((gpu["vllm_total_gib"] * GIB + driver_reserved(gpu["name"])) / MIB)
     used = gpu["memory_used_by_others_gib"]
     used = used if isinstance(used, list) else [used] * gpu["count"]
     return [
