@@ -45,6 +45,7 @@ def planning_facts(snap: HostSnapshot) -> PlanningFacts:
                for s in storage.swaps],
         gpus=[GpuFact(index=g.index, name=g.name, memory_total_mib=g.memory_total_mib or 0,
                       memory_used_mib=g.memory_used_mib or 0) for g in gpu.gpus],
+        platform=snap.platform.model_copy(update={"lsblk_without_path": storage.lsblk_without_path}),
     )
 
 

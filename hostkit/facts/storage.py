@@ -19,6 +19,8 @@ from pyinfra.api import FactBase
 from hostkit.plans import SWAP_FILE_NAME
 
 PART_MARKER = "%%hostkit-storage:"
+# The lsblk part's name when only the util-linux < 2.33 columns worked (no PATH).
+LSBLK_WITHOUT_PATH = "lsblk-without-path"
 TEMP_SUFFIX = ".new"  # make-before-break resize builds `<path>.new` first
 DEFAULT_NVME_MOUNT = "/mnt/nvme"
 # Filesystems that can hold a hostkit swap file: the command looks for one on each.
@@ -180,6 +182,7 @@ class StorageInfo:
     devices: dict[str, DeviceSignatures] = field(default_factory=dict)
     files: dict[str, FileStat] = field(default_factory=dict)
     dirs: dict[str, DirInfo] = field(default_factory=dict)
+    lsblk_without_path: bool = False  # util-linux < 2.33: paths derived from kernel names
 
     def swap_area(self, path: str) -> SwapArea | None:
         return next((s for s in self.swaps if s.path == path), None)
@@ -309,8 +312,11 @@ class StorageFact(FactBase):
                 _SHELL_HELPERS,
                 f"echo '{PART_MARKER}swaps'; hk_cat /proc/swaps",
                 f"echo '{PART_MARKER}lsblk'",
+                # MOUNTPOINTS came in util-linux 2.37, PATH in 2.33: RHEL 8's 2.32 has neither.
                 "lsblk -J -b -o NAME,PATH,TYPE,TRAN,FSTYPE,UUID,MOUNTPOINTS,SIZE 2>/dev/null"
-                " || lsblk -J -b -o NAME,PATH,TYPE,TRAN,FSTYPE,UUID,MOUNTPOINT,SIZE 2>/dev/null",
+                " || lsblk -J -b -o NAME,PATH,TYPE,TRAN,FSTYPE,UUID,MOUNTPOINT,SIZE 2>/dev/null"
+                f" || {{ echo '{PART_MARKER}{LSBLK_WITHOUT_PATH}';"
+                " lsblk -J -b -o NAME,KNAME,TYPE,TRAN,FSTYPE,UUID,MOUNTPOINT,SIZE 2>/dev/null; }",
                 f"echo '{PART_MARKER}df'; df -l -B1 -T -P 2>/dev/null",
                 f"echo '{PART_MARKER}mounts'; hk_cat /proc/self/mounts",
                 f"echo '{PART_MARKER}fstab'; hk_cat /etc/fstab 2>/dev/null",
@@ -336,7 +342,8 @@ class StorageFact(FactBase):
                 "$hk_out",
                 "EOF",
                 # The device itself, then its descendants: partitions, and what sits on them.
-                '  hk_out=$(lsblk -n -r -o PATH -- "$1" 2>/dev/null)',
+                '  hk_out=$(lsblk -n -r -o PATH -- "$1" 2>/dev/null) ||'
+                '  hk_out=$(lsblk -n -r -o KNAME -- "$1" 2>/dev/null | sed "s|^|/dev/|")',
                 '  case $hk_out in *"$hk_nl"*) hk_prefix child= "${hk_out#*"$hk_nl"}" ;; esac',
                 "}",
                 *([f"hk_device {device_words}"] if device_words else []),
@@ -383,7 +390,8 @@ class StorageFact(FactBase):
                 current = parts.setdefault(line[len(PART_MARKER):].strip(), [])
             elif current is not None:
                 current.append(line)
-        block_devices = parse_lsblk("\n".join(parts.get("lsblk", [])))
+        without_path = LSBLK_WITHOUT_PATH in parts
+        block_devices = parse_lsblk("\n".join(parts.get(LSBLK_WITHOUT_PATH if without_path else "lsblk", [])))
         nvme_mounts = {m for d in block_devices if d.on_nvme for m in d.mountpoints}
         return StorageInfo(
             swaps=tuple(parse_proc_swaps(parts.get("swaps", []))),
@@ -394,6 +402,7 @@ class StorageFact(FactBase):
             devices=parse_devices(parts.get("devices", [])),
             files=parse_files(parts.get("files", [])),
             dirs=parse_dirs(parts.get("dirs", [])),
+            lsblk_without_path=without_path,
         )
 
 
@@ -422,6 +431,15 @@ def _int(value: Any) -> int:
         return 0
 
 
+def _device_path(node: dict[str, Any]) -> str:
+    """A device's path where lsblk has no PATH column: device-mapper devices (LVM, LUKS)
+    are reached by name under /dev/mapper, the rest by their kernel name."""
+    name = node.get("name") or ""
+    if node.get("type") in ("lvm", "crypt", "dm", "mpath") or (node.get("kname") or "").startswith("dm-"):
+        return f"/dev/mapper/{name}"
+    return f"/dev/{node.get('kname') or name}"
+
+
 def parse_lsblk(text: str) -> list[BlockDevice]:
     """Flatten `lsblk -J` (util-linux >= 2.37 `mountpoints`, older `mountpoint`)."""
     try:
@@ -432,7 +450,7 @@ def parse_lsblk(text: str) -> list[BlockDevice]:
 
     def walk(node: dict[str, Any], parent_on_nvme: bool) -> str:
         name = node.get("name") or ""
-        path = node.get("path") or f"/dev/{name}"
+        path = node.get("path") or _device_path(node)
         on_nvme = parent_on_nvme or node.get("tran") == "nvme" or (
             node.get("type") == "disk" and name.startswith("nvme")
         )
