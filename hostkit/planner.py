@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from hostkit import model_catalog
 from hostkit.model_catalog import ModelConfigError, ModelSpec
 from hostkit.planning_facts import FilesystemFact, NvmeDeviceFact, PlanningFacts
+from hostkit.platform_findings import platform_findings
 from hostkit.plans import SWAP_FILE_NAME, HostPlan, KernelPlan, NvmePlan, SwapPlan, VllmPlan, VllmSizing
 from hostkit.profile import HostProfile, mask
 from hostkit.sizes import GIB, MIB, format_size
@@ -102,6 +103,10 @@ def plan_host(profile: HostProfile, facts: PlanningFacts, host_name: str = "this
         thp_defrag=profile.thp_defrag,
     )
     vllm = _plan_vllm(profile, facts, nvme, swap, found)
+    if facts.platform is not None:
+        warnings, notes = platform_findings(profile, facts.platform, swap.enabled)
+        found.warnings.extend(warnings)
+        found.notes.extend(notes)
     if found.issues:
         raise PlanError(found.issues)
     return HostPlan(
