@@ -18,8 +18,8 @@ from __future__ import annotations
 from typing import Any
 
 from hostkit.facts.platform import PLATFORM_PYTHON, PlatformInfo
+from hostkit.facts.storage import SWAP_FILE_SELINUX_TYPE
 
-SWAP_FILE_SELINUX_TYPE = "swapfile_t"
 # tuned options (as "plugin.option") that set what hostkit's THP settings set.
 TUNED_THP_ENABLED = ("vm.transparent_hugepages", "vm.transparent_hugepage",
                      "sysfs./sys/kernel/mm/transparent_hugepage/enabled")

@@ -11,7 +11,7 @@ import json
 import posixpath
 import re
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pyinfra.api import FactBase
@@ -22,6 +22,9 @@ PART_MARKER = "%%hostkit-storage:"
 # The lsblk part's name when only the util-linux < 2.33 columns worked (no PATH).
 LSBLK_WITHOUT_PATH = "lsblk-without-path"
 TEMP_SUFFIX = ".new"  # make-before-break resize builds `<path>.new` first
+# Under SELinux, swapon at boot (systemd, init_t) may only use a file of this type; the
+# file's default type (e.g. unlabeled_t, default_t) is denied, and fstab's nofail hides it.
+SWAP_FILE_SELINUX_TYPE = "swapfile_t"
 DEFAULT_NVME_MOUNT = "/mnt/nvme"
 # Filesystems that can hold a hostkit swap file: the command looks for one on each.
 SWAP_CAPABLE_FSTYPES = ("ext2", "ext3", "ext4", "xfs", "btrfs")
@@ -147,6 +150,7 @@ class FileStat:
     gid: int
     allocated_bytes: int
     swap_signature: bool  # blkid -p says TYPE=swap
+    selinux_type: str | None = None  # the type of its SELinux label; None where SELinux is off
 
     @property
     def is_regular(self) -> bool:
@@ -365,6 +369,8 @@ class StorageFact(FactBase):
                 '    sig=$(blkid -p -o value -s TYPE -- "$f" 2>/dev/null)',
                 "    st=$(stat -c '%F|%s|%a|%u|%g|%b|%B' -- \"$f\")",
                 "    printf 'file\\t%s\\t%s\\t%s\\n' \"$sig\" \"$st\" \"$f\"",
+                # The SELinux label, where SELinux is on (stat %C fails without it).
+                '    [ ! -e /sys/fs/selinux/enforce ] || printf \'label\\t%s\\t%s\\n\' "$(stat -c %C -- "$f")" "$f"',
                 "  done",
                 "}",
                 f"for d in {dirs_words}; do hk_files \"$d\"; done",
@@ -569,7 +575,13 @@ def parse_devices(lines: list[str]) -> dict[str, DeviceSignatures]:
 
 def parse_files(lines: list[str]) -> dict[str, FileStat]:
     files = {}
+    labels = {}
     for line in lines:
+        if line.startswith("label\t"):
+            _tag, context, path = line.split("\t", 2)
+            parts = context.split(":")  # user:role:type:level
+            labels[posixpath.normpath(path)] = parts[2] if len(parts) >= 3 else context
+            continue
         fields = line.split("\t", 3)
         stat_fields = fields[2].split("|") if len(fields) == 4 else []
         if fields[0] != "file" or len(stat_fields) != 7:
@@ -587,7 +599,7 @@ def parse_files(lines: list[str]) -> dict[str, FileStat]:
             allocated_bytes=_int(blocks) * _int(block_size),
             swap_signature=sig.strip() == "swap",
         )
-    return files
+    return {path: replace(stat, selinux_type=labels.get(path)) for path, stat in files.items()}
 
 
 def parse_dirs(lines: list[str]) -> dict[str, DirInfo]:

@@ -24,6 +24,7 @@ from hostkit.facts.storage import (
     decode_octal,
     encode_octal,
     parse_df,
+    parse_files,
     parse_fstab,
     parse_lsblk,
     parse_proc_swaps,
@@ -262,3 +263,14 @@ def test_util_linux_2_32_without_the_path_column(tmp_path):
     assert not devices["/dev/mapper/rhel-root"].on_nvme
     # A current lsblk takes the first command: nothing is derived.
     assert not load("debian12-converged.txt").lsblk_without_path
+
+
+def test_selinux_labels_of_swap_files_are_read_where_selinux_is_on():
+    lines = [
+        f"file\tswap\tregular file|1073741824|600|0|0|2097152|512\t{PATH}",
+        f"label\tsystem_u:object_r:unlabeled_t:s0\t{PATH}",
+        "file\tswap\tregular file|1073741824|600|0|0|2097152|512\t/data/vllm-hostkit.swap",
+    ]
+    files = parse_files(lines)
+    assert files[PATH].selinux_type == "unlabeled_t"
+    assert files["/data/vllm-hostkit.swap"].selinux_type is None  # no label line: SELinux off
