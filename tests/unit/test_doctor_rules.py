@@ -274,8 +274,10 @@ def test_unattended_upgrades_of_the_driver_are_reported_with_the_hold_as_fix():
     """The Ubuntu 24.04 packages part (tests/unit/fixtures/platform) in the doctor's output."""
     platform_fixtures = Path(__file__).parent / "fixtures" / "platform"
     lines = (FIXTURES / "lab-clean.txt").read_text().splitlines()
-    dpkg = (platform_fixtures / "ubuntu-24.04-dpkg-query.txt").read_text().splitlines()
-    packages = [f"package {line.split()[0]} {line.split()[1]}" for line in dpkg if line.endswith(" installed")]
+    status = (platform_fixtures / "ubuntu-24.04-dpkg-status").read_text()
+    stanzas = [dict(line.split(": ", 1) for line in stanza.splitlines()) for stanza in status.split("\n\n")]
+    packages = [f"package {s['Package']} {s['Status'].split()[0]}" for s in stanzas
+                if s["Status"].endswith(" installed") and "nvidia" in s["Package"]]
     lines += ["@@doctor:platform@@", "%%hostkit-platform:packages", "manager apt", *packages,
               "auto-upgrader unattended-upgrades", "timer apt-daily-upgrade.timer enabled",
               "config APT::Periodic::Unattended-Upgrade 1"]

@@ -42,20 +42,18 @@ def put(root: Path, path: str, text: str, mode: int = 0o644) -> None:
 
 
 def test_ubuntu_with_unattended_upgrades_leaves_the_driver_unprotected(tmp_path):
-    dpkg = (FIXTURES / "ubuntu-24.04-dpkg-query.txt").read_text()
     dump = (FIXTURES / "ubuntu-24.04-apt-config-dump.txt").read_text()
-    (tmp_path / "root").mkdir()
+    put(tmp_path / "root", "/var/lib/dpkg/status", (FIXTURES / "ubuntu-24.04-dpkg-status").read_text())
     info = run_script(tmp_path, {
         "python3": "exit 0",
-        "dpkg-query": f"cat <<'EOF'\n{dpkg}EOF",
         "apt-config": f"cat <<'EOF'\n{dump}EOF",
         "unattended-upgrade": "exit 0",
-        "systemctl": 'case "$1" in is-enabled) echo enabled ;; is-active) exit 3 ;; esac',
+        "systemctl": 'case "$1" in is-enabled) echo enabled ;; esac',
     })
     assert info.selinux == "disabled" and info.tuned_profiles is None
     assert info.python == str(tmp_path / "bin" / "python3")
     assert info.package_manager == "apt" and info.auto_upgrades
-    assert "nvidia-driver-535" not in info.driver_packages  # only its config files are left
+    assert "nvidia-driver-535" not in info.driver_packages and "bash" not in info.driver_packages  # config files only
     assert info.held_packages == ["nvidia-kernel-common-570"]
     assert info.upgrade_exclusions == []
     unprotected = info.unprotected_driver_packages()
@@ -64,8 +62,7 @@ def test_ubuntu_with_unattended_upgrades_leaves_the_driver_unprotected(tmp_path)
 
 
 def test_unattended_upgrades_off_or_blacklisting_the_driver_protects_it(tmp_path):
-    lines = (FIXTURES / "ubuntu-24.04-dpkg-query.txt").read_text().splitlines()
-    packages = [f"package {line.split()[0]} {line.split()[1]}" for line in lines if line.endswith(" installed")]
+    packages = [f"package {name} install" for name in ("libnvidia-compute-570", "nvidia-driver-570")]
     common = ["%%hostkit-platform:packages", "manager apt", *packages, "auto-upgrader unattended-upgrades",
               "timer apt-daily-upgrade.timer enabled"]
     off = PlatformFact().process(common + ["config APT::Periodic::Unattended-Upgrade 0"])
@@ -83,6 +80,8 @@ def test_rhel8_platform_python_selinux_enforcing_and_a_no_thp_tuned_profile(tmp_
     root = tmp_path / "root"
     put(root, "/sys/fs/selinux/enforce", "1\n")
     put(root, "/usr/libexec/platform-python", "", 0o755)
+    put(root, "/run/tuned/tuned.pid", "812\n")
+    (root / "proc" / "812").mkdir(parents=True)
     put(root, "/etc/tuned/active_profile", "no-thp\n")
     put(root, "/etc/tuned/no-thp/tuned.conf", (FIXTURES / "tuned-no-thp.conf").read_text())
     for name in ("virtual-guest", "throughput-performance"):
@@ -92,8 +91,7 @@ def test_rhel8_platform_python_selinux_enforcing_and_a_no_thp_tuned_profile(tmp_
     info = run_script(tmp_path, {
         "rpm": "printf 'package %s install\\n' nvidia-driver kmod-nvidia-latest-dkms nvidia-driver-cuda-libs",
         "dnf-automatic": "exit 0",
-        "systemctl": 'case "$1 $2" in "is-active --quiet") exit 0 ;;'
-                     ' "is-enabled dnf-automatic-install.timer") echo enabled ;; *) echo disabled ;; esac',
+        "systemctl": 'case "$1 $2" in "is-enabled dnf-automatic-install.timer") echo enabled ;; *) echo disabled ;; esac',
     })
     assert info.python == "/usr/libexec/platform-python"  # no python3 on PATH
     assert info.selinux == "enforcing"
@@ -123,13 +121,22 @@ def test_dnf_automatic_download_only_is_no_automatic_upgrade(tmp_path):
 def test_no_python_and_a_missing_tuned_profile(tmp_path):
     root = tmp_path / "root"
     put(root, "/sys/fs/selinux/enforce", "0\n")
+    put(root, "/run/tuned/tuned.pid", "4242\n")
+    (root / "proc" / "4242").mkdir(parents=True)
     put(root, "/etc/tuned/active_profile", "virtual-guest mine\n")
     put(root, "/usr/lib/tuned/profiles/virtual-guest/tuned.conf", (FIXTURES / "tuned-virtual-guest.conf").read_text())
-    info = run_script(tmp_path, {"systemctl": "exit 0"})
+    info = run_script(tmp_path, {})
     assert info.python is None and info.selinux == "permissive" and info.package_manager is None
     assert info.tuned_profiles == ["virtual-guest", "mine"]
     assert info.tuned_missing == ["throughput-performance", "mine"]
     assert info.tuned_settings["sysctl.vm.swappiness"] == "30"
+
+
+def test_a_stale_tuned_pid_file_is_no_running_tuned(tmp_path):
+    root = tmp_path / "root"
+    put(root, "/run/tuned/tuned.pid", "4242\n")  # no /proc/4242
+    put(root, "/etc/tuned/active_profile", "virtual-guest\n")
+    assert run_script(tmp_path, {}).tuned_profiles is None
 
 
 def test_tuned_section_type_and_later_profiles_win():
