@@ -11,6 +11,7 @@ import sys
 
 import pytest
 
+from hostkit.facts.platform import PlatformFact, PlatformInfo
 from hostkit.pyinfra_runner import write_inventory
 from tests.e2e.conftest import REPO, lab_data
 from tests.standin.install import install_standin
@@ -23,6 +24,8 @@ def test_main_deploy_reboot_and_verify(lab_host_factory, run_deploy, tmp_path, o
     lab_host = lab_host_factory(os_name=os_name)
     assert lab_host.ssh("systemctl --version", check=True).stdout.split()[1] == "247"
     assert lab_host.ssh("stat -fc %T /sys/fs/cgroup", check=True).stdout.strip() == "cgroup2fs"
+    platform = PlatformFact().process(lab_host.ssh(PlatformFact().command(), check=True).stdout.splitlines())
+    assert platform == PlatformInfo(python="/usr/bin/python3", package_manager="apt")
     install_standin(lab_host)
 
     first = run_deploy(lab_host)
