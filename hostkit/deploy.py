@@ -13,7 +13,7 @@ from pyinfra.api.exceptions import PyinfraError
 
 from hostkit.facts.snapshot import snapshot
 from hostkit.gather import planning_facts
-from hostkit.operations import gpu, kernel, lock, swap, vllm_service
+from hostkit.operations import driver_hold, gpu, kernel, lock, swap, vllm_service
 from hostkit.planner import PlanError, plan_host
 from hostkit.plans import HostPlan
 from hostkit.profile import HostProfile, ProfileError, validate_inventory
@@ -50,6 +50,7 @@ def vllm_host() -> None:
     lock.acquire_deploy_lock(name="Take the deploy lock", stale_after_s=lock.STALE_AFTER_S + profile.vllm_ready_timeout)
     # The GPU check comes first: nothing is (re)started on a host whose driver is broken.
     gpu.verify_gpu(name="Check the GPU driver", profile=profile)
+    driver_hold.hold_driver_packages(name="Hold the NVIDIA driver packages", profile=profile)
     if plan.nvme is not None:
         swap.prepare_nvme(name=f"Prepare NVMe {plan.nvme.device} at {plan.nvme.mount}", plan=plan.nvme, profile=profile)
     swap.swap_file(name="Swap file on NVMe", plan=plan.swap, profile=profile)

@@ -10,6 +10,7 @@ from hostkit.planning_facts import FilesystemFact, GpuFact, NvmeDeviceFact, Plan
 
 def planning_facts(snap: HostSnapshot) -> PlanningFacts:
     system, storage, gpu = snap.system, snap.storage, snap.gpu
+    platform = getattr(snap, "platform", None)  # snapshots recorded before the section had none
     nvme_disks = [d for d in storage.block_devices if d.type == "disk" and d.on_nvme]
     fstab_by_uuid = {e.spec[len("UUID="):]: e.file for e in storage.fstab if e.spec.startswith("UUID=")}
     nvme_devices = []
@@ -45,6 +46,8 @@ def planning_facts(snap: HostSnapshot) -> PlanningFacts:
                for s in storage.swaps],
         gpus=[GpuFact(index=g.index, name=g.name, memory_total_mib=g.memory_total_mib or 0,
                       memory_used_mib=g.memory_used_mib or 0) for g in gpu.gpus],
+        platform=None if platform is None else platform.model_copy(
+            update={"lsblk_without_path": storage.lsblk_without_path}),
     )
 
 

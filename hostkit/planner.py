@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from hostkit import model_catalog, vllm_memory
 from hostkit.model_catalog import ModelConfigError, ModelSpec
 from hostkit.planning_facts import FilesystemFact, NvmeDeviceFact, PlanningFacts
+from hostkit.platform_findings import platform_findings
 from hostkit.plans import (
     SWAP_FILE_NAME,
     HostPlan,
@@ -117,6 +118,10 @@ def plan_host(profile: HostProfile, facts: PlanningFacts, host_name: str = "this
         thp_defrag=profile.thp_defrag,
     )
     vllm = _plan_vllm(profile, facts, nvme, swap, found)
+    if facts.platform is not None:
+        warnings, notes = platform_findings(profile, facts.platform, swap.enabled)
+        found.warnings.extend(warnings)
+        found.notes.extend(notes)
     if found.issues:
         raise PlanError(found.issues)
     return HostPlan(

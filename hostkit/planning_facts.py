@@ -10,6 +10,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from hostkit.facts.platform import PlatformInfo
+
 
 class _Facts(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -63,3 +65,5 @@ class PlanningFacts(_Facts):
     gpus: list[GpuFact] = Field(default_factory=list)
     # Contents of <vllm_model>/config.json on the host, when vllm_model is a local directory.
     model_config_json: dict[str, Any] | None = None
+    # SELinux, tuned, the probes' python, driver upgrades (hostkit.platform_findings reads it).
+    platform: PlatformInfo | None = None

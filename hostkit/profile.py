@@ -65,6 +65,7 @@ ALLOWED: dict[str, str] = {
     "gpu_max_retired_pages_pending": "a whole number >= 0",
     "gpu_max_remapped_rows_pending": "a whole number >= 0",
     "gpu_tolerated_xids": "a list of Xid numbers (whole numbers >= 1)",
+    "gpu_hold_driver_packages": "true or false",
     "vllm_enabled": "true or false",
     "vllm_version": f"a vLLM release such as 0.33.0 or 0.8.5.post1, at least {OLDEST_SUPPORTED}",
     "vllm_command": "an absolute path",
@@ -146,6 +147,9 @@ class HostProfile(BaseModel):
     gpu_max_retired_pages_pending: NonNegativeInt = 0
     gpu_max_remapped_rows_pending: NonNegativeInt = 0
     gpu_tolerated_xids: list[PositiveInt] = Field(default_factory=list)
+    # apt-mark hold the installed NVIDIA driver packages, so that unattended upgrades cannot
+    # replace the userspace library under the running kernel module (dnf hosts: a plan warning).
+    gpu_hold_driver_packages: bool = False
 
     vllm_enabled: bool = True
     vllm_version: str = "0.33.0"

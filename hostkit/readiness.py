@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from hostkit.facts.platform import PLATFORM_PYTHON
 from hostkit.plans import VLLM_ENV_FILE
 
 PROBE_TIMEOUT_S = 5
@@ -103,10 +104,15 @@ def probe_address(bind_host: str) -> str:
     return bind_host
 
 
+# Sets $hk_py to the host's python3, else RHEL 8's platform-python (3.6, which the probe
+# supports: it sticks to what 3.6's standard library has); fails when there is neither.
+HOST_PYTHON = f"hk_py=$(command -v python3 || {{ [ -x {PLATFORM_PYTHON} ] && echo {PLATFORM_PYTHON}; }})"
+
+
 def probe_command(bind_host: str, port: int, env_file: str = VLLM_ENV_FILE) -> str:
-    """Shell command printing one JSON line (see `Probe`), or nothing without python3."""
+    """Shell command printing one JSON line (see `Probe`), or nothing without a python."""
     args = " ".join(shlex.quote(word) for word in (probe_address(bind_host), str(port), env_file))
-    return f"command -v python3 >/dev/null && python3 -I -S -c {shlex.quote(_PROBE_SCRIPT)} {args}"
+    return f'{HOST_PYTHON} && "$hk_py" -I -S -c {shlex.quote(_PROBE_SCRIPT)} {args}'
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ import sys
 import click
 
 from hostkit.lab import Lab
+from hostkit.lab.image import SUITES
 
 
 @click.group()
@@ -17,7 +18,7 @@ def lab() -> None:
 
 @lab.command()
 @click.option("--hosts", "count", default=1, show_default=True, help="How many hosts to start.")
-@click.option("--os", "os_name", type=click.Choice(["debian12", "debian13"]), default="debian12", show_default=True)
+@click.option("--os", "os_name", type=click.Choice(sorted(SUITES)), default="debian12", show_default=True)
 @click.option("--cgroup", type=click.Choice(["v2", "v1"]), default="v2", show_default=True)
 @click.option("--cpus", default=2, show_default=True, help="vCPUs per host.")
 def up(count: int, os_name: str, cgroup: str, cpus: int) -> None:

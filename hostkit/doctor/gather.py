@@ -12,7 +12,8 @@ The command prints sub-sections between `@@doctor:NAME@@` lines:
 - dist: vllm-*.dist-info directories in the environments of the commands seen, which is
   the installed vLLM release without importing vLLM (that takes seconds and loads torch);
 - oom: the kernel log's OOM lines since boot (hostkit.doctor.kernel_log);
-- gpu / gpu-apps: `nvidia-smi` memory per GPU and per compute process, when nvidia-smi exists.
+- gpu / gpu-apps: `nvidia-smi` memory per GPU and per compute process, when nvidia-smi exists;
+- platform: hostkit.facts.platform's script (automatic upgrades of the NVIDIA driver packages).
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ from hostkit.doctor.inputs import (
     VllmProcess,
 )
 from hostkit.doctor.kernel_log import kernel_log_oom_command, parse_kernel_log
+from hostkit.facts.platform import PlatformFact
+from hostkit.facts.platform import script as platform_script
 from hostkit.plans import VLLM_UNIT
 
 SUB_MARKER = "@@doctor:"
@@ -112,6 +115,8 @@ def doctor_command(unit: str = VLLM_UNIT, vllm_command: str | None = None, with_
         '} | while read -r w; do case "$w" in /*) d=$(dirname "$(dirname "$w")");'
         ' ls -d "$d"/lib/python3*/site-packages/vllm-*.dist-info "$d"/lib/python3*/dist-packages/vllm-*.dist-info'
         " 2>/dev/null;; esac; done | sort -u",
+        _marker("platform"),
+        f"( {platform_script()} ) 2>/dev/null",
         _marker("oom"),
         kernel_log_oom_command(),
         "if command -v nvidia-smi >/dev/null 2>&1; then",
@@ -377,6 +382,7 @@ def _assemble(host: str, parts: dict[str, list[str]], memory: HostMemory, unit_m
         installed_vllm_version=version,
         gpus=gpus,
         gpu_query_error=gpu_error,
+        platform=PlatformFact().process(parts["platform"]) if "platform" in parts else None,
         notes=tuple(notes),
     )
 

@@ -6,6 +6,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from hostkit.doctor.kernel_log import KernelLog
+from hostkit.facts.platform import PlatformInfo
 
 # cgroup "no limit": v2 prints `max`; v1 prints PAGE_COUNTER_MAX rounded to pages, about 2**63.
 UNLIMITED_FLOOR = 2**60
@@ -79,10 +80,12 @@ class DoctorInputs:
     installed_vllm_version: str | None  # from the vLLM environment's dist-info; None: not found
     gpus: tuple[GpuMemory, ...] = ()
     gpu_query_error: str | None = None  # nvidia-smi present but failing
+    platform: PlatformInfo | None = None
     notes: tuple[str, ...] = field(default=())  # what could not be read
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
+        data["platform"] = self.platform.model_dump() if self.platform is not None else None
         data["kernel_log"]["oom_kills"] = [asdict(kill) for kill in self.kernel_log.oom_kills]
         return data
 

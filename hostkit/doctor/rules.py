@@ -468,6 +468,33 @@ def max_num_seqs_for_ram(ctx: Context) -> Iterator[Finding]:
     )
 
 
+# -- the distribution -------------------------------------------------------------------------
+
+
+def driver_auto_upgrades(ctx: Context) -> Iterator[Finding]:
+    platform = ctx.inputs.platform
+    if platform is None:
+        return
+    unprotected = platform.unprotected_driver_packages()
+    if not unprotected:
+        return
+    upgrader = "unattended-upgrades" if platform.package_manager == "apt" else "dnf-automatic"
+    fix = ("Set gpu_hold_driver_packages: true and deploy (apt-mark hold), or list them in "
+           "Unattended-Upgrade::Package-Blacklist; upgrade the driver on purpose, then reboot."
+           if platform.package_manager == "apt" else
+           "Lock them (`dnf versionlock add`, python3-dnf-plugin-versionlock) or add them to exclude= in "
+           "/etc/dnf/dnf.conf; upgrade the driver on purpose, then reboot.")
+    yield Finding(
+        "driver-auto-upgrades", Severity.WARNING,
+        f"{upgrader} may upgrade the NVIDIA driver packages {', '.join(unprotected)} while the driver runs: "
+        "the new library then no longer matches the loaded kernel module, and CUDA fails with "
+        "'Driver/library version mismatch' until a reboot.",
+        fix,
+        {"packages": unprotected, "upgrader": upgrader, "held": platform.held_packages,
+         "exclusions": platform.upgrade_exclusions},
+    )
+
+
 RULES: tuple[Rule, ...] = (
     unit_state,
     unknown_options,
@@ -481,6 +508,7 @@ RULES: tuple[Rule, ...] = (
     version_mismatch,
     swappiness,
     transparent_hugepages,
+    driver_auto_upgrades,
 )
 
 

@@ -11,7 +11,7 @@ import json
 import posixpath
 import re
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pyinfra.api import FactBase
@@ -19,7 +19,12 @@ from pyinfra.api import FactBase
 from hostkit.plans import SWAP_FILE_NAME
 
 PART_MARKER = "%%hostkit-storage:"
+# The lsblk part's name when only the util-linux < 2.33 columns worked (no PATH).
+LSBLK_WITHOUT_PATH = "lsblk-without-path"
 TEMP_SUFFIX = ".new"  # make-before-break resize builds `<path>.new` first
+# Under SELinux, swapon at boot (systemd, init_t) may only use a file of this type; the
+# file's default type (e.g. unlabeled_t, default_t) is denied, and fstab's nofail hides it.
+SWAP_FILE_SELINUX_TYPE = "swapfile_t"
 DEFAULT_NVME_MOUNT = "/mnt/nvme"
 # Filesystems that can hold a hostkit swap file: the command looks for one on each.
 SWAP_CAPABLE_FSTYPES = ("ext2", "ext3", "ext4", "xfs", "btrfs")
@@ -145,6 +150,7 @@ class FileStat:
     gid: int
     allocated_bytes: int
     swap_signature: bool  # blkid -p says TYPE=swap
+    selinux_type: str | None = None  # the type of its SELinux label; None where SELinux is off
 
     @property
     def is_regular(self) -> bool:
@@ -180,6 +186,7 @@ class StorageInfo:
     devices: dict[str, DeviceSignatures] = field(default_factory=dict)
     files: dict[str, FileStat] = field(default_factory=dict)
     dirs: dict[str, DirInfo] = field(default_factory=dict)
+    lsblk_without_path: bool = False  # util-linux < 2.33: paths derived from kernel names
 
     def swap_area(self, path: str) -> SwapArea | None:
         return next((s for s in self.swaps if s.path == path), None)
@@ -309,8 +316,11 @@ class StorageFact(FactBase):
                 _SHELL_HELPERS,
                 f"echo '{PART_MARKER}swaps'; hk_cat /proc/swaps",
                 f"echo '{PART_MARKER}lsblk'",
+                # MOUNTPOINTS came in util-linux 2.37, PATH in 2.33: RHEL 8's 2.32 has neither.
                 "lsblk -J -b -o NAME,PATH,TYPE,TRAN,FSTYPE,UUID,MOUNTPOINTS,SIZE 2>/dev/null"
-                " || lsblk -J -b -o NAME,PATH,TYPE,TRAN,FSTYPE,UUID,MOUNTPOINT,SIZE 2>/dev/null",
+                " || lsblk -J -b -o NAME,PATH,TYPE,TRAN,FSTYPE,UUID,MOUNTPOINT,SIZE 2>/dev/null"
+                f" || {{ echo '{PART_MARKER}{LSBLK_WITHOUT_PATH}';"
+                " lsblk -J -b -o NAME,KNAME,TYPE,TRAN,FSTYPE,UUID,MOUNTPOINT,SIZE 2>/dev/null; }",
                 f"echo '{PART_MARKER}df'; df -l -B1 -T -P 2>/dev/null",
                 f"echo '{PART_MARKER}mounts'; hk_cat /proc/self/mounts",
                 f"echo '{PART_MARKER}fstab'; hk_cat /etc/fstab 2>/dev/null",
@@ -336,7 +346,8 @@ class StorageFact(FactBase):
                 "$hk_out",
                 "EOF",
                 # The device itself, then its descendants: partitions, and what sits on them.
-                '  hk_out=$(lsblk -n -r -o PATH -- "$1" 2>/dev/null)',
+                '  hk_out=$(lsblk -n -r -o PATH -- "$1" 2>/dev/null) ||'
+                '  hk_out=$(lsblk -n -r -o KNAME -- "$1" 2>/dev/null | sed "s|^|/dev/|")',
                 '  case $hk_out in *"$hk_nl"*) hk_prefix child= "${hk_out#*"$hk_nl"}" ;; esac',
                 "}",
                 *([f"hk_device {device_words}"] if device_words else []),
@@ -358,6 +369,8 @@ class StorageFact(FactBase):
                 '    sig=$(blkid -p -o value -s TYPE -- "$f" 2>/dev/null)',
                 "    st=$(stat -c '%F|%s|%a|%u|%g|%b|%B' -- \"$f\")",
                 "    printf 'file\\t%s\\t%s\\t%s\\n' \"$sig\" \"$st\" \"$f\"",
+                # The SELinux label, where SELinux is on (stat %C fails without it).
+                '    [ ! -e /sys/fs/selinux/enforce ] || printf \'label\\t%s\\t%s\\n\' "$(stat -c %C -- "$f")" "$f"',
                 "  done",
                 "}",
                 f"for d in {dirs_words}; do hk_files \"$d\"; done",
@@ -383,7 +396,8 @@ class StorageFact(FactBase):
                 current = parts.setdefault(line[len(PART_MARKER):].strip(), [])
             elif current is not None:
                 current.append(line)
-        block_devices = parse_lsblk("\n".join(parts.get("lsblk", [])))
+        without_path = LSBLK_WITHOUT_PATH in parts
+        block_devices = parse_lsblk("\n".join(parts.get(LSBLK_WITHOUT_PATH if without_path else "lsblk", [])))
         nvme_mounts = {m for d in block_devices if d.on_nvme for m in d.mountpoints}
         return StorageInfo(
             swaps=tuple(parse_proc_swaps(parts.get("swaps", []))),
@@ -394,6 +408,7 @@ class StorageFact(FactBase):
             devices=parse_devices(parts.get("devices", [])),
             files=parse_files(parts.get("files", [])),
             dirs=parse_dirs(parts.get("dirs", [])),
+            lsblk_without_path=without_path,
         )
 
 
@@ -422,6 +437,15 @@ def _int(value: Any) -> int:
         return 0
 
 
+def _device_path(node: dict[str, Any]) -> str:
+    """A device's path where lsblk has no PATH column: device-mapper devices (LVM, LUKS)
+    are reached by name under /dev/mapper, the rest by their kernel name."""
+    name = node.get("name") or ""
+    if node.get("type") in ("lvm", "crypt", "dm", "mpath") or (node.get("kname") or "").startswith("dm-"):
+        return f"/dev/mapper/{name}"
+    return f"/dev/{node.get('kname') or name}"
+
+
 def parse_lsblk(text: str) -> list[BlockDevice]:
     """Flatten `lsblk -J` (util-linux >= 2.37 `mountpoints`, older `mountpoint`)."""
     try:
@@ -432,7 +456,7 @@ def parse_lsblk(text: str) -> list[BlockDevice]:
 
     def walk(node: dict[str, Any], parent_on_nvme: bool) -> str:
         name = node.get("name") or ""
-        path = node.get("path") or f"/dev/{name}"
+        path = node.get("path") or _device_path(node)
         on_nvme = parent_on_nvme or node.get("tran") == "nvme" or (
             node.get("type") == "disk" and name.startswith("nvme")
         )
@@ -551,7 +575,13 @@ def parse_devices(lines: list[str]) -> dict[str, DeviceSignatures]:
 
 def parse_files(lines: list[str]) -> dict[str, FileStat]:
     files = {}
+    labels = {}
     for line in lines:
+        if line.startswith("label\t"):
+            _tag, context, path = line.split("\t", 2)
+            parts = context.split(":")  # user:role:type:level
+            labels[posixpath.normpath(path)] = parts[2] if len(parts) >= 3 else context
+            continue
         fields = line.split("\t", 3)
         stat_fields = fields[2].split("|") if len(fields) == 4 else []
         if fields[0] != "file" or len(stat_fields) != 7:
@@ -569,7 +599,7 @@ def parse_files(lines: list[str]) -> dict[str, FileStat]:
             allocated_bytes=_int(blocks) * _int(block_size),
             swap_signature=sig.strip() == "swap",
         )
-    return files
+    return {path: replace(stat, selinux_type=labels.get(path)) for path, stat in files.items()}
 
 
 def parse_dirs(lines: list[str]) -> dict[str, DirInfo]:

@@ -19,7 +19,14 @@ from pathlib import Path
 
 from hostkit.lab.progress import say
 
-SUITES = {"debian12": "bookworm", "debian13": "trixie"}
+SUITES = {"debian11": "bullseye", "debian12": "bookworm", "debian13": "trixie"}
+# mmdebstrap's default suites for bullseye include its security suite, which answered 404 for
+# linux-image-cloud-amd64 (measured 2026-12-01); the release and -updates suites of the Debian
+# mirror alone build it. The other releases keep mmdebstrap's defaults (and their cached images).
+DEBIAN_MIRROR = "http://deb.debian.org/debian"
+MIRRORS = {
+    "debian11": tuple(f"deb {DEBIAN_MIRROR} {suite} main" for suite in ("bullseye", "bullseye-updates")),
+}
 
 PACKAGES = (
     "systemd-sysv", "udev", "kmod", "openssh-server", "linux-image-cloud-amd64", "python3",
@@ -88,13 +95,16 @@ def ssh_key() -> Path:
 
 
 def recipe(os_name: str) -> dict:
-    return {
+    spec = {
         "suite": SUITES[os_name],
         "packages": sorted(PACKAGES),
         "root_disk_size": ROOT_DISK_SIZE,
         "revision": RECIPE_REVISION,
         "authorized_key": ssh_key().with_suffix(".pub").read_text().strip(),
     }
+    if os_name in MIRRORS:  # only there, so the other releases' recipe hashes stay as they were
+        spec["mirrors"] = list(MIRRORS[os_name])
+    return spec
 
 
 def base_image(os_name: str) -> BaseImage:
@@ -124,7 +134,7 @@ def _build(spec: dict, image_dir: Path) -> None:
         rootfs = work / "rootfs"
         subprocess.run(
             ["mmdebstrap", "--quiet", "--variant=minbase", f"--include={','.join(spec['packages'])}",
-             spec["suite"], str(rootfs)],
+             spec["suite"], str(rootfs), *spec.get("mirrors", ())],
             check=True,
         )
         say("  debootstrap done; customising")

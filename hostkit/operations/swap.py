@@ -44,7 +44,7 @@ from pyinfra.api import FunctionCommand, Host, State, operation
 from pyinfra.api.exceptions import OperationValueError
 
 from hostkit.facts.snapshot import mark_changed, snapshot
-from hostkit.facts.storage import TEMP_SUFFIX, FileStat, StorageInfo
+from hostkit.facts.storage import SWAP_FILE_SELINUX_TYPE, TEMP_SUFFIX, FileStat, StorageInfo
 from hostkit.plans import SWAP_FILE_NAME, NvmePlan, SwapPlan
 
 SWAP_FILE_MODE = 0o600
@@ -76,6 +76,7 @@ SHELL_LIB = r"""set -eu
 hk_fstab=/etc/fstab
 hk_swaps=/proc/swaps
 hk_meminfo=/proc/meminfo
+hk_selinux_enforce=/sys/fs/selinux/enforce
 hk_partial=
 hk_fstab_changed=
 hk_say() { echo "vllm-hostkit: $*" >&2; }
@@ -133,6 +134,18 @@ hk_fstab_put() {
 hk_reload_if_fstab_changed() {
   if [ -n "$hk_fstab_changed" ] && [ -d /run/systemd/system ]; then systemctl daemon-reload; fi
 }
+# hk_label FILE PATH: under SELinux, FILE gets the swap file type now (chcon), and PATH (the
+# file's final name) a file-context rule so that a relabel keeps it, where semanage exists.
+hk_label() {
+  [ -e "$hk_selinux_enforce" ] || return 0
+  if command -v semanage >/dev/null 2>&1; then
+    hk_re=$(printf '%s' "$2" | sed 's/[].[\\*^$()+?{}|]/\\&/g')
+    timeout 120 semanage fcontext -a -t swapfile_t "$hk_re" 2>/dev/null \
+      || timeout 120 semanage fcontext -m -t swapfile_t "$hk_re" \
+      || hk_fail "semanage fcontext -t swapfile_t $2 failed or timed out"
+  fi
+  chcon -t swapfile_t "$1"
+}
 # hk_create PATH SIZE_BYTES PRIORITY dd|nocow: a new active swap file, or a failure that
 # leaves no file behind.
 hk_create() {
@@ -150,6 +163,7 @@ hk_create() {
   (umask 077 && : > "$1")
   chown root:root "$1"
   chmod 600 "$1"
+  hk_label "$1" "${1%.new}"
   if [ "$4" = nocow ]; then chattr +C "$1"; fi
   # O_DIRECT: gigabytes of zeros must not push the page cache (or vLLM) out of RAM.
   dd if=/dev/zero of="$1" bs=1M count="$2" iflag=count_bytes oflag=direct conv=fsync status=none
@@ -243,6 +257,8 @@ def swap_problems(plan: SwapPlan, storage: StorageInfo) -> list[str]:
                 problems.append(f"{plan.path} has mode {file.mode:04o}, not 0600")
             if (file.uid, file.gid) != (0, 0):
                 problems.append(f"{plan.path} is owned by {file.uid}:{file.gid}, not root:root")
+            if file.selinux_type not in (None, SWAP_FILE_SELINUX_TYPE):
+                problems.append(f"{plan.path} has the SELinux type {file.selinux_type}, not {SWAP_FILE_SELINUX_TYPE}")
         if state.active_priority is None:
             problems.append(f"{plan.path} is not an active swap area")
         elif state.active_priority != plan.priority:
@@ -349,6 +365,8 @@ def _planned_file_steps(plan: SwapPlan, storage: StorageInfo, state: SwapState, 
     steps = []
     if file.mode != SWAP_FILE_MODE or (file.uid, file.gid) != (0, 0):
         steps.append(f"chown root:root {_q(path)} && chmod 600 {_q(path)}")
+    if file.selinux_type not in (None, SWAP_FILE_SELINUX_TYPE):
+        steps.append(f"hk_label {_q(path)} {_q(path)}")
     if active and state.active_priority != priority:
         steps.append(f"hk_swapoff {_q(path)}")
         active = False

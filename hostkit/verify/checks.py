@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hostkit.facts.kernel import THP_DIR, THP_UNIT_PATH, KernelState, sysctl_key
-from hostkit.facts.storage import StorageInfo
+from hostkit.facts.storage import SWAP_FILE_SELINUX_TYPE, StorageInfo
 from hostkit.gpu_policy import GpuPolicy, evaluate
 from hostkit.operations.kernel import (
     render_sysctl_file,
@@ -110,6 +110,12 @@ def swap_checks(plan: SwapPlan, storage: StorageInfo, host: str, swap_dir: str =
                           and (file.uid, file.gid) == (0, 0) and file.size_bytes == plan.size_bytes,
                           f"regular file of {plan.size_bytes} bytes, mode 600, owner root:root", actual,
                           f"chown root:root {path} && chmod 600 {path}; a wrong size: {redeploy(host)}"))
+    if file is not None and file.selinux_type is not None:  # SELinux is on
+        results.append(_check(
+            "swap", "swap file SELinux label", file.selinux_type == SWAP_FILE_SELINUX_TYPE,
+            f"type {SWAP_FILE_SELINUX_TYPE} (swapon at boot is denied any other, and nofail hides that)",
+            f"type {file.selinux_type}",
+            f"semanage fcontext -a -t {SWAP_FILE_SELINUX_TYPE} '{path}' && restorecon {path}, or {redeploy(host)}"))
 
     entries = storage.fstab_swap_entries(path)
     listed = "; ".join(f"line {e.line_no}: {','.join(e.options) or 'defaults'}" for e in entries)

@@ -265,3 +265,36 @@ def test_exit_code_is_nonzero_on_a_critical_finding():
     assert exit_code([diagnose(recorded("lab-clean"))]) == EXIT_OK  # a warning only
     assert exit_code([diagnose(healthy()), diagnose(recorded("lab-crashloop"))]) == EXIT_CRITICAL
     assert exit_code([diagnose(healthy())], unreachable=["gpu2"]) == EXIT_UNREACHABLE
+
+
+# -- the distribution --------------------------------------------------------------------------
+
+
+def test_unattended_upgrades_of_the_driver_are_reported_with_the_hold_as_fix():
+    """The Ubuntu 24.04 packages part (tests/unit/fixtures/platform) in the doctor's output."""
+    platform_fixtures = Path(__file__).parent / "fixtures" / "platform"
+    lines = (FIXTURES / "lab-clean.txt").read_text().splitlines()
+    status = (platform_fixtures / "ubuntu-24.04-dpkg-status").read_text()
+    stanzas = [dict(line.split(": ", 1) for line in stanza.splitlines()) for stanza in status.split("\n\n")]
+    packages = [f"package {s['Package']} {s['Status'].split()[0]}" for s in stanzas
+                if s["Status"].endswith(" installed") and "nvidia" in s["Package"]]
+    lines += ["@@doctor:platform@@", "%%hostkit-platform:packages", "manager apt", *packages,
+              "auto-upgrader unattended-upgrades", "timer apt-daily-upgrade.timer enabled",
+              "config APT::Periodic::Unattended-Upgrade 1"]
+    inputs = parse_doctor_output("gpu-1", lines)
+    inputs = replace(inputs, unit=replace(inputs.unit, max_bytes=900 * MIB))
+    found = finding(diagnose(inputs), "driver-auto-upgrades")
+    assert found.severity is Severity.WARNING
+    assert found.problem.startswith("unattended-upgrades may upgrade the NVIDIA driver packages libnvidia-cfg1-570, ")
+    assert "nvidia-kernel-common-570" not in found.evidence["packages"]  # held
+    assert "gpu_hold_driver_packages: true" in found.fix
+    assert diagnose(inputs).to_dict()["inputs"]["platform"]["package_manager"] == "apt"
+    held = replace(inputs, platform=inputs.platform.model_copy(update={"held_packages": inputs.platform.driver_packages}))
+    assert "driver-auto-upgrades" not in codes(diagnose(held))
+
+
+def test_the_doctor_reads_the_platform_of_this_host():
+    from hostkit.doctor.gather import gather_local
+
+    platform = gather_local().platform
+    assert platform is not None and platform.python is not None

@@ -128,3 +128,30 @@ def test_without_facts_the_hosts_are_asked_through_hostkit_gather(monkeypatch):
     assert result.exit_code == 0, result.output
     assert calls == [("inventory.py", ["gpu-a1"])]
     assert list(json.loads(result.stdout)) == ["gpu-a1"]
+
+
+def test_platform_facts_in_a_facts_file_become_plan_warnings_and_notes(tmp_path):
+    """A RHEL 8 host (platform-python, SELinux enforcing, the install guides' no-thp tuned
+    profile, dnf-automatic) and an Ubuntu host with unattended-upgrades, as recorded facts."""
+    facts = json.loads((FIXTURES / "facts.json").read_text())
+    facts["gpu-a1"]["platform"] = {
+        "selinux": "enforcing", "python": "/usr/libexec/platform-python", "tuned_profiles": ["no-thp"],
+        "tuned_settings": {"vm.transparent_hugepages": "never", "sysctl.vm.swappiness": "30"},
+        "package_manager": "dnf", "driver_packages": ["nvidia-driver"], "auto_upgrades": True,
+        "lsblk_without_path": True,
+    }
+    facts["gpu-b1"]["platform"] = {"python": "/usr/bin/python3", "package_manager": "apt", "auto_upgrades": True,
+                                   "driver_packages": ["nvidia-driver-570"]}
+    path = tmp_path / "facts.json"
+    path.write_text(json.dumps(facts))
+    result = run("inventory.py", "--facts", str(path))
+    assert result.exit_code == 0, result.output
+    a1, b1, _ = result.stdout.split("\n\n== ")
+    assert "WARNING   tuned profile no-thp sets vm.swappiness = 30 (hostkit sets 10)" in a1
+    assert "WARNING   tuned profile no-thp sets transparent_hugepages = never (hostkit sets madvise)" in a1
+    assert "WARNING   dnf-automatic may upgrade the NVIDIA driver packages nvidia-driver " in a1
+    assert "note      python3 is not on PATH: the probes run /usr/libexec/platform-python" in a1
+    assert "note      SELinux enforcing: the swap file gets the swapfile_t label" in a1
+    assert "note      lsblk has no PATH column (util-linux < 2.33)" in a1
+    assert "WARNING   unattended-upgrades may upgrade the NVIDIA driver packages nvidia-driver-570 " in b1
+    assert "tuned" not in b1 and "SELinux" not in b1

@@ -39,6 +39,7 @@ BAD_INPUTS = [
     ({"gpu_count": 0}, "gpu_count", ">= 1"),
     ({"gpu_min_driver": "latest"}, "gpu_min_driver", "driver version"),
     ({"gpu_tolerated_xids": [79, "x"]}, "gpu_tolerated_xids", "Xid"),
+    ({"gpu_hold_driver_packages": "yes"}, "gpu_hold_driver_packages", "true or false"),
     ({"gpu_max_ecc_uncorrected": -1}, "gpu_max_ecc_uncorrected", ">= 0"),
     ({"vllm_version": "0.4.2"}, "vllm_version", "at least 0.4.3"),
     ({"vllm_version": "latest"}, "vllm_version", "0.8.5.post1"),
@@ -171,7 +172,7 @@ def test_defaults_match_the_data_contract():
     assert profile.sysctl == {"vm.swappiness": "10"} and profile.sysctl_conflicts == "error"
     assert (profile.thp_enabled, profile.thp_defrag) == ("madvise", "defer")
     assert profile.gpu_required and profile.gpu_require_persistence and profile.gpu_count is None
-    assert profile.gpu_tolerated_xids == []
+    assert profile.gpu_tolerated_xids == [] and profile.gpu_hold_driver_packages is False
     assert profile.vllm_version == "0.33.0" and profile.vllm_command == "/opt/vllm/bin/vllm"
     assert (profile.vllm_host, profile.vllm_port, profile.vllm_user) == ("0.0.0.0", 8000, "vllm")
     assert profile.vllm_memory_max == profile.vllm_memory_high == profile.vllm_memory_swap_max == "auto"

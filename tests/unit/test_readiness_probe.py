@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import json
 import socket
+import os
 import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from hostkit.facts.platform import PLATFORM_PYTHON
 from hostkit.readiness import Probe, probe_command
 
 KEY = 'k"$1 \\x'
@@ -138,3 +141,21 @@ def test_ipv6_bind_address_is_probed_on_loopback_with_a_bracketed_host(env_file)
     finally:
         served.sock.close()
 
+
+
+def test_without_python3_on_path_the_probe_runs_platform_python(server, env_file, tmp_path):
+    """RHEL 8: no python3 on PATH, /usr/libexec/platform-python instead (here a link to this
+    python under a temporary path, or HK_TEST_PLATFORM_PYTHON: a python 3.6 like RHEL 8's passes
+    too); with neither, the probe prints nothing."""
+    platform_python = tmp_path / "libexec" / "platform-python"
+    platform_python.parent.mkdir()
+    platform_python.symlink_to(os.environ.get("HK_TEST_PLATFORM_PYTHON", sys.executable))
+    bin_dir = tmp_path / "bin"  # sh's tools, without python3
+    bin_dir.mkdir()
+    command = probe_command("0.0.0.0", server.port, str(env_file)).replace(PLATFORM_PYTHON, str(platform_python))
+    env = {"PATH": str(bin_dir)}
+    result = subprocess.run(["/bin/sh", "-c", command], capture_output=True, text=True, timeout=30, env=env)
+    assert Probe.parse(result.stdout) == Probe(health=200, error="", models_status=200, models=("lab",))
+    platform_python.unlink()
+    result = subprocess.run(["/bin/sh", "-c", command], capture_output=True, text=True, timeout=30, env=env)
+    assert result.returncode != 0 and result.stdout == ""

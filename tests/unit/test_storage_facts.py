@@ -2,6 +2,10 @@
 
 Fixtures in fixtures/storage/ are the section's real output on a Debian 12 lab host
 (qemu NVMe disk): blank, after prepare_nvme, and after a 1 GiB swap file was made.
+rhel8-lsblk-2.32.json is `lsblk -J -b -o NAME,KNAME,TYPE,TRAN,FSTYPE,UUID,MOUNTPOINT,SIZE` as
+util-linux 2.32 (RHEL 8) prints it (every value a string or null; no PATH column, which came
+in 2.33: 2.32 answers `lsblk: unknown column: PATH`), written from that format for an NVMe
+disk with LVM on it, not recorded on a host.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from hostkit.facts.storage import (
     decode_octal,
     encode_octal,
     parse_df,
+    parse_files,
     parse_fstab,
     parse_lsblk,
     parse_proc_swaps,
@@ -229,3 +234,43 @@ for d in /a '/b c' /a '/b c' /b; do hk_first "dir $d" && echo "first $d"; done""
         "# comment", "/swap none swap sw 0 0", "marker", "child=a b", "child=\\x",
         "first /a", "first /b c", "first /b",
     ]
+
+
+def test_util_linux_2_32_without_the_path_column(tmp_path):
+    """RHEL 8's lsblk (util-linux 2.32) refuses PATH and MOUNTPOINTS: the command falls back to
+    KNAME and the parser derives the paths, /dev/mapper/NAME for device-mapper devices."""
+    recorded = FIXTURES / "rhel8-lsblk-2.32.json"
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    lsblk = bin_dir / "lsblk"
+    lsblk.write_text(
+        "#!/bin/sh\n"
+        'case "$*" in *PATH*|*MOUNTPOINTS*) echo "lsblk: unknown column: PATH" >&2; exit 1 ;; esac\n'
+        f'case "$*" in *-J*) cat {recorded} ;; *) echo nvme0n1; echo nvme0n1p1 ;; esac\n'
+    )
+    lsblk.chmod(0o755)
+    env = {"PATH": f"{bin_dir}:/usr/sbin:/usr/bin:/sbin:/bin"}
+    result = subprocess.run(["sh", "-c", StorageFact().command()], capture_output=True, text=True, env=env, timeout=60)
+    assert result.returncode == 0, result.stderr
+    storage = StorageFact().process(result.stdout.splitlines())
+    assert storage.lsblk_without_path
+    devices = {d.path: d for d in storage.block_devices}
+    assert sorted(devices) == ["/dev/mapper/data-scratch", "/dev/mapper/rhel-root", "/dev/nvme0n1", "/dev/nvme0n1p1",
+                               "/dev/sda", "/dev/sda1", "/dev/sda2"]
+    scratch = devices["/dev/mapper/data-scratch"]
+    assert scratch.on_nvme and scratch.mountpoints == ("/scratch",) and scratch.size_bytes == 3840750739456
+    assert devices["/dev/nvme0n1"].children == ("/dev/nvme0n1p1",)
+    assert not devices["/dev/mapper/rhel-root"].on_nvme
+    # A current lsblk takes the first command: nothing is derived.
+    assert not load("debian12-converged.txt").lsblk_without_path
+
+
+def test_selinux_labels_of_swap_files_are_read_where_selinux_is_on():
+    lines = [
+        f"file\tswap\tregular file|1073741824|600|0|0|2097152|512\t{PATH}",
+        f"label\tsystem_u:object_r:unlabeled_t:s0\t{PATH}",
+        "file\tswap\tregular file|1073741824|600|0|0|2097152|512\t/data/vllm-hostkit.swap",
+    ]
+    files = parse_files(lines)
+    assert files[PATH].selinux_type == "unlabeled_t"
+    assert files["/data/vllm-hostkit.swap"].selinux_type is None  # no label line: SELinux off

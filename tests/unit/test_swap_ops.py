@@ -52,8 +52,10 @@ def fstab_entry(spec, file, vfstype, options, line_no=1):
     return FstabEntry(spec, file, vfstype, tuple(options.split(",")), 0, 0, line_no)
 
 
-def swap_file_stat(path=PATH, size=2 * GIB, mode=0o600, uid=0, gid=0, allocated=None, signature=True):
-    return FileStat(path, "regular file", size, mode, uid, gid, size if allocated is None else allocated, signature)
+def swap_file_stat(path=PATH, size=2 * GIB, mode=0o600, uid=0, gid=0, allocated=None, signature=True,
+                   selinux_type=None):
+    return FileStat(path, "regular file", size, mode, uid, gid, size if allocated is None else allocated, signature,
+                    selinux_type)
 
 
 def nvme_storage(fstype="ext4", mounted=True, signatures=(), device_present=True) -> StorageInfo:
@@ -226,6 +228,14 @@ def test_inactive_file_that_swapon_would_reject_is_recreated(file):
 def test_wrong_mode_is_fixed_in_place():
     storage = changed(converged(), files={PATH: swap_file_stat(mode=0o644, uid=1000)})
     assert only_script(swap.swap_file, storage, PLAN) == f"chown root:root {PATH} && chmod 600 {PATH}\n"
+
+
+def test_a_swap_file_without_the_selinux_swap_type_is_relabelled_in_place():
+    storage = changed(converged(), files={PATH: swap_file_stat(selinux_type="unlabeled_t")})
+    assert only_script(swap.swap_file, storage, PLAN) == f"hk_label {PATH} {PATH}\n"
+    assert swap.swap_problems(PLAN, storage) == [f"{PATH} has the SELinux type unlabeled_t, not swapfile_t"]
+    labelled = changed(converged(), files={PATH: swap_file_stat(selinux_type="swapfile_t")})
+    assert run_op(swap.swap_file, labelled, PLAN) == []
 
 
 def test_inactive_file_is_swapped_on():
@@ -448,6 +458,8 @@ exec /bin/dd "$@"
     "chown": 'echo "chown $*" >> "$FAKE_ROOT/log"',
     "chattr": 'echo "chattr $*" >> "$FAKE_ROOT/log"',
     "systemctl": 'echo "systemctl $*" >> "$FAKE_ROOT/log"',
+    "chcon": 'echo "chcon $*" >> "$FAKE_ROOT/log"',
+    "semanage": 'echo "semanage $*" >> "$FAKE_ROOT/log"',
 }
 
 
@@ -483,8 +495,9 @@ class FakeHostShell:
 
     def run(self, steps: list[str], **env: str) -> subprocess.CompletedProcess:
         text = swap.script(steps)
-        for name in ("fstab", "swaps", "meminfo"):
-            real = {"fstab": "/etc/fstab", "swaps": "/proc/swaps", "meminfo": "/proc/meminfo"}[name]
+        for name in ("fstab", "swaps", "meminfo", "selinux_enforce"):
+            real = {"fstab": "/etc/fstab", "swaps": "/proc/swaps", "meminfo": "/proc/meminfo",
+                    "selinux_enforce": "/sys/fs/selinux/enforce"}[name]
             assert f"hk_{name}={real}\n" in text
             text = text.replace(f"hk_{name}={real}\n", f"hk_{name}={self.root / name}\n")
         return subprocess.run(["sh", "-c", text], env={**self.env, **env}, capture_output=True, text=True)
@@ -525,6 +538,32 @@ def test_script_creates_a_0600_swap_file_activates_it_then_writes_fstab(shell):
     assert f"{plan.path} none swap nofail,pri=10 0 0\n" in shell.fstab()
     log = shell.log()
     positions(log, f"chown root:root {plan.path}", f"mkswap {plan.path}", f"swapon {plan.path} 10")
+
+
+def test_under_selinux_a_new_file_is_labelled_before_swapon_and_its_rule_made_persistent(shell):
+    (shell.root / "selinux_enforce").write_text("1\n")
+    plan = plan_for(shell)
+    result = shell.run(swap.swap_steps(plan, fresh_storage()))
+    assert result.returncode == 0, result.stderr
+    escaped = plan.path.replace(".", "\\.")
+    positions(shell.log(), f"semanage fcontext -a -t swapfile_t {escaped}", f"chcon -t swapfile_t {plan.path}",
+              f"mkswap {plan.path}", f"swapon {plan.path} 10")
+    # A resize labels the new file with the final name's rule; without semanage, chcon alone.
+    shell.activate(plan.path, MIB)
+    Path(shell.root / "log").write_text("")
+    storage = StorageInfo(mounts=fresh_storage().mounts, swaps=(SwapArea(plan.path, "file", MIB - 4096, 0, 10),),
+                          files={plan.path: dataclasses.replace(swap_file_stat(), path=plan.path, size_bytes=MIB)})
+    bigger = plan_for(shell, size=2 * MIB)
+    (shell.root / "bin" / "semanage").unlink()
+    result = shell.run(swap.swap_steps(bigger, storage))
+    assert result.returncode == 0, result.stderr
+    assert f"chcon -t swapfile_t {plan.path}.new" in shell.log() and "semanage" not in shell.log()
+
+
+def test_without_selinux_nothing_is_labelled(shell):
+    result = shell.run(swap.swap_steps(plan_for(shell), fresh_storage()))
+    assert result.returncode == 0, result.stderr
+    assert "chcon" not in shell.log() and "semanage" not in shell.log()
 
 
 @pytest.mark.parametrize("failure,message", [

@@ -96,6 +96,22 @@ def test_a_swap_file_with_the_wrong_mode_and_no_nofail_fails():
     assert "nofail,pri=10" in failures["swap in fstab"]
 
 
+def test_under_selinux_the_swap_file_label_is_checked():
+    """SELinux on (the label is read): swapfile_t passes, the unlabeled_t of a file made
+    without the label fails with the semanage fix; with SELinux off there is no such check."""
+    profile, plan, snapshot, probes = converged()
+
+    def labelled(selinux_type):
+        files = {path: dataclasses.replace(stat, selinux_type=selinux_type) for path, stat in snapshot.storage.files.items()}
+        return check_host(profile, plan, with_section(snapshot, "storage", files=files), probes)
+
+    assert "swap file SELinux label" not in {r.name for r in check_host(profile, plan, snapshot, probes)}
+    assert failed(labelled("swapfile_t")) == {}
+    failure = failed(labelled("unlabeled_t"))["swap file SELinux label"]
+    assert "expected type swapfile_t" in failure and "actual type unlabeled_t" in failure
+    assert f"fix: semanage fcontext -a -t swapfile_t '{SWAP}' && restorecon {SWAP}" in failure
+
+
 def test_a_changed_swappiness_fails_with_expected_and_actual():
     profile, plan, snapshot, probes = converged()
     broken = with_section(snapshot, "kernel", live={**snapshot.kernel.live, "vm/swappiness": "60"})

@@ -1,0 +1,43 @@
+"""Debian 11 (systemd 247, kernel 5.10): the main deploy, a no-change rerun, a reboot and
+`hostkit verify`, as test_main_deploy.py does on Debian 12. Debian 11's systemd is the oldest
+on a lab host: below Ubuntu 22.04's 249, as Debian 13's 257 is above Ubuntu 24.04's 255.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from hostkit.facts.platform import PlatformFact, PlatformInfo
+from hostkit.pyinfra_runner import write_inventory
+from tests.e2e.conftest import REPO, lab_data
+from tests.standin.install import install_standin
+
+pytestmark = [pytest.mark.lab, pytest.mark.slow]
+
+
+@pytest.mark.parametrize("os_name", ["debian11"])
+def test_main_deploy_reboot_and_verify(lab_host_factory, run_deploy, tmp_path, os_name):
+    lab_host = lab_host_factory(os_name=os_name)
+    assert lab_host.ssh("systemctl --version", check=True).stdout.split()[1] == "247"
+    assert lab_host.ssh("stat -fc %T /sys/fs/cgroup", check=True).stdout.strip() == "cgroup2fs"
+    platform = PlatformFact().process(lab_host.ssh(PlatformFact().command(), check=True).stdout.splitlines())
+    assert platform == PlatformInfo(python="/usr/bin/python3", package_manager="apt")
+    install_standin(lab_host)
+
+    first = run_deploy(lab_host)
+    assert first.ok, first.output[-4000:]
+    assert "vLLM host | vLLM systemd unit" in first.changed, first.changed
+    second = run_deploy(lab_host)
+    assert second.ok and second.changed == [], second.changed
+
+    lab_host.reboot()
+    inventory = write_inventory(tmp_path / "inventory.py", [(lab_host.name, {**lab_host.pyinfra_data(), **lab_data()})])
+    verify = subprocess.run([sys.executable, "-m", "hostkit", "verify", str(inventory), "--format", "json"],
+                            capture_output=True, text=True, cwd=REPO, timeout=900)
+    assert verify.returncode == 0, verify.stdout[-4000:] + verify.stderr[-2000:]
+    (host,) = json.loads(verify.stdout)["hosts"]
+    assert host["ok"] and {check["area"] for check in host["checks"]} >= {"swap", "kernel", "vllm"}
