@@ -4,8 +4,11 @@
 VERIFY_PATH and must pass `systemd-analyze verify`, and its argv must pass the host's own
 vLLM argument parser (hostkit/vllm_parse_check.py), before it replaces the installed
 unit: a failed check fails the host and leaves the previous unit installed and running.
-daemon-reload runs only when the unit file changed; the service restarts only when the
-unit or the environment file changed, or when it is not running. A rerun yields nothing.
+daemon-reload runs only when the unit file changed. The service restarts only for a change
+of what runs (`service_changes`): a directive that needs a restart, the environment file,
+the command file replaced since the process started (a new release), or when it is not
+running. A changed comment rewrites the unit without a restart; a changed memory limit is
+applied to the running unit's cgroup by the daemon-reload alone. A rerun yields nothing.
 
 The environment file holds the API key. It is uploaded from memory (FileUploadCommand of
 a StringIO, which pyinfra logs as "file uploaded: PATH", never the content) into a
@@ -51,6 +54,7 @@ from hostkit.facts.vllm_service import (
 )
 from hostkit.plans import VLLM_ENV_FILE, VLLM_UNIT, VllmPlan
 from hostkit.readiness import Observation, wait_until_ready
+from hostkit.unit_changes import UnitChange, unit_change
 from hostkit.vllm_unit import (
     ENV_DIR,
     HOME_DIR,
@@ -85,22 +89,51 @@ class ServiceChanges:
     enable: bool = False
     reset_failed: bool = False
     restart: bool = False
+    # Why the running service restarts, or which limits daemon-reload applies to it live.
+    restart_reasons: tuple[str, ...] = ()
+    live_limits: tuple[str, ...] = ()
 
     def __bool__(self) -> bool:
         return any(getattr(self, item.name) for item in fields(self))
 
     def describe(self) -> str:
-        return ", ".join(item.name.replace("_", " ") for item in fields(self) if getattr(self, item.name))
+        words = []
+        for item in fields(self):
+            value = getattr(self, item.name)
+            if value is True:
+                words.append(item.name.replace("_", " "))
+            elif value:
+                words.append(f"{item.name.replace('_', ' ')}: {' '.join(value)}")
+        return ", ".join(words)
 
 
 def text_sha256(text: str) -> str:
     return sha256(text.encode()).hexdigest()
 
 
+def restart_reasons(current: VllmServiceState, unit: UnitChange, write_env: bool) -> tuple[str, ...]:
+    """Why the service must (re)start: a change of what runs, or it does not run."""
+    if not current.is_active:
+        return ("not running",)
+    reasons = list(unit.restart_directives)
+    if write_env:
+        reasons.append("the environment file")
+    if current.release_replaced:
+        reasons.append(f"{current.target.command} replaced since start (a new release)")
+    return tuple(reasons)
+
+
 def service_changes(current: VllmServiceState, unit_text: str, env_text: str) -> ServiceChanges:
-    """What must change on a host in state `current` to run the unit and env file given."""
+    """What must change on a host in state `current` to run the unit and env file given.
+
+    A new unit text restarts the service only when a directive that needs a restart
+    changed (hostkit.unit_changes); comments do not count, and limits that daemon-reload
+    applies to the running unit's cgroup change without one.
+    """
     install_unit = current.unit_sha256 != text_sha256(unit_text)
     write_env = current.env_sha256 != text_sha256(env_text)
+    unit = unit_change(current.unit_text, unit_text) if install_unit else UnitChange()
+    reasons = restart_reasons(current, unit, write_env)
     return ServiceChanges(
         create_user=current.user_uid is None,
         fix_env_dir=current.env_dir_stat != ENV_DIR_STAT,
@@ -110,7 +143,9 @@ def service_changes(current: VllmServiceState, unit_text: str, env_text: str) ->
         daemon_reload=install_unit or current.need_daemon_reload,
         enable=not current.is_enabled,
         reset_failed=current.active_state == "failed",
-        restart=install_unit or write_env or not current.is_active,
+        restart=bool(reasons),
+        restart_reasons=reasons,
+        live_limits=() if reasons else unit.live_directives,
     )
 
 
@@ -328,6 +363,10 @@ def vllm_service(plan: VllmPlan, profile: Any = None):
     for path in current.drop_in_paths:
         host.log_styled(f"{VLLM_UNIT}: drop-in {path} also changes the unit", fg="yellow", log_func=logger.warning)
     mark_changed(host, "vllm")
+    if changes.restart and current.is_active:
+        host.log(f"{VLLM_UNIT}: restarts for {', '.join(changes.restart_reasons)}")
+    elif changes.live_limits:
+        host.log(f"{VLLM_UNIT}: {' '.join(changes.live_limits)} applied to the running unit, no restart")
     connector_arguments = _connector_arguments(host)
 
     # Each remote command is a round trip: the steps on either side of the checks run as one
