@@ -11,6 +11,7 @@ import dataclasses
 import os
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -686,6 +687,20 @@ def test_parse_check_command_cannot_check_a_non_python_command(tmp_path):
     p = plan(user="root", argv=[str(script), "serve", "m"])
     result = subprocess.run(["sh", "-c", ops.parse_check_command(p)], capture_output=True, text=True, timeout=60)
     assert ops._exit_status(result.stderr.splitlines()) == 4
+
+
+@needs_root
+def test_parse_check_of_a_cli_that_never_dispatches_ends_at_its_deadline(tmp_path):
+    """A Python `vllm` that serves at once (as a wrapper might) never reaches argparse."""
+    script = tmp_path / "vllm"
+    script.write_text("#!/usr/bin/python3\nimport time\ntime.sleep(3600)\n")
+    script.chmod(0o755)
+    p = plan(user="root", argv=[str(script), "serve", "m"])
+    started = time.monotonic()
+    result = subprocess.run(["sh", "-c", ops.parse_check_command(p, timeout_s=2)], capture_output=True, text=True,
+                            timeout=60)
+    assert time.monotonic() - started < 10
+    assert result.returncode == 124 and ops._exit_status(result.stderr.splitlines()) in ops._TIMED_OUT
 
 
 def recorded(name: str) -> VllmServiceState:
