@@ -14,7 +14,9 @@ Rules, so that `hostkit plan` output can be checked by hand:
   and sshd. vllm_memory_high "auto": MemoryMax minus max(5%, min(1 GiB, 10%)) of it, so
   the kernel reclaims before the hard limit kills. vllm_memory_swap_max "auto": half the
   hostkit swap file (the other half stays for the rest of the host), 0 without swap.
-  MemoryHigh= and MemorySwapMax= are cgroup v2 only.
+  Each "auto" limit is rounded down to a whole GiB (to 128 MiB below 8 GiB), so that a
+  MemTotal that drifts by a few MiB (a kernel update) or a slightly resized swap file
+  leaves it where it was. MemoryHigh= and MemorySwapMax= are cgroup v2 only.
 - vLLM sizing, per GPU: KV bytes/token = 2 x layers x max(1, kv_heads // TP) x head_dim
   x KV dtype bytes; KV budget = GPU memory x utilization - weights / TP + cpu_offload_gb
   - a 2 GiB reserve for activations and CUDA graphs. max_num_seqs "auto" = how many
@@ -304,6 +306,17 @@ def _note_flag_source(version: str, found: _Findings) -> None:
         found.notes.append(f"vLLM {version}: options taken from {recorded}, the nearest recorded release at or below it")
 
 
+# "auto" memory limits move in these steps (see the module docstring).
+LIMIT_STEP = GIB
+SMALL_LIMIT_STEP = 128 * MIB
+SMALL_LIMIT = 8 * GIB
+
+
+def auto_limit(value: int) -> int:
+    """`value` rounded down to the step of an automatic memory limit."""
+    return _round_down(value, LIMIT_STEP if value >= SMALL_LIMIT else SMALL_LIMIT_STEP)
+
+
 def _memory_limits(
     p: HostProfile, facts: PlanningFacts, swap: SwapPlan, found: _Findings
 ) -> tuple[int | None, int | None, int | None]:
@@ -311,7 +324,7 @@ def _memory_limits(
     memory_max = p.vllm_memory_max
     if memory_max == "auto":
         headroom = max(ram // 10, min(2 * GIB, ram // 2))
-        memory_max = _round_down(ram - headroom, MIB)
+        memory_max = auto_limit(ram - headroom)
         found.notes.append(
             f"MemoryMax {format_size(memory_max)}: RAM {format_size(ram)} minus {format_size(headroom)} for the OS and sshd"
         )
@@ -333,8 +346,10 @@ def _memory_limits(
             memory_high = None
         else:
             gap = max(memory_max // 20, min(GIB, memory_max // 10))
-            memory_high = _round_down(memory_max - gap, MIB)
-            found.notes.append(f"MemoryHigh {format_size(memory_high)}: reclaim starts {format_size(gap)} below MemoryMax")
+            memory_high = auto_limit(memory_max - gap)
+            found.notes.append(
+                f"MemoryHigh {format_size(memory_high)}: reclaim starts {format_size(memory_max - memory_high)} below MemoryMax"
+            )
     elif memory_high is not None and memory_max is not None and memory_high > memory_max:
         found.refuse(
             "vllm_memory_high",
@@ -344,7 +359,7 @@ def _memory_limits(
     memory_swap_max = p.vllm_memory_swap_max
     if memory_swap_max == "auto":
         if swap.enabled:
-            memory_swap_max = _round_down(swap.size_bytes // 2, MIB)
+            memory_swap_max = auto_limit(swap.size_bytes // 2)
             found.notes.append(
                 f"MemorySwapMax {format_size(memory_swap_max)}: half the swap file; the rest stays for the rest of the host"
             )

@@ -388,9 +388,10 @@ def vllm_service(plan: VllmPlan, profile: Any = None):
         host.log_styled(f"{VLLM_UNIT}: drop-in {path} also changes the unit", fg="yellow", log_func=logger.warning)
     mark_changed(host, "vllm")
     if changes.restart and current.is_active:
-        host.log(f"{VLLM_UNIT}: restarts for {', '.join(changes.restart_reasons)}")
+        host.log_styled(f"{VLLM_UNIT}: restarts for {', '.join(changes.restart_reasons)}", fg="yellow")
     elif changes.live_limits:
-        host.log(f"{VLLM_UNIT}: {' '.join(changes.live_limits)} applied to the running unit, no restart")
+        host.log_styled(f"{VLLM_UNIT}: {' '.join(changes.live_limits)} applied to the running unit, no restart",
+                        fg="cyan")
     connector_arguments = _connector_arguments(host)
 
     # Each remote command is a round trip: the steps on either side of the checks run as one

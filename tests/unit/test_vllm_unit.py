@@ -443,6 +443,16 @@ def test_only_a_flag_change_restarts_without_checks_of_the_env():
     assert not any(".vllm.env" in step for step in steps(installing))
 
 
+def test_a_memory_limit_change_reloads_without_restart_and_says_so():
+    fake = FakeHost(converged())
+    with ctx_host.use(fake):
+        commands = list(ops.vllm_service._inner(plan(memory_max_bytes=7 * 2**30)))
+    installing = commands[-1]
+    assert steps(installing)[-1] == "systemctl daemon-reload"
+    assert not any("restart" in step for step in steps(installing))
+    assert fake.logged == ["vllm.service: MemoryMax= applied to the running unit, no restart"]
+
+
 def test_bad_plan_is_refused_while_preparing():
     with pytest.raises(OperationValueError):
         run_op(ops.vllm_service, FRESH, plan(user="root"))
