@@ -14,6 +14,7 @@ import ipaddress
 import os
 import posixpath
 import re
+import shlex
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
@@ -92,6 +93,10 @@ ALLOWED: dict[str, str] = {
     "vllm_user": "a non-root user name (lower case, up to 32 characters)",
     "vllm_ready_timeout": "a whole number of seconds >= 1",
     "vllm_hardening": "'standard' or 'strict'",
+    "rollout_drain_command": "null, a command line (split like a shell does, no shell runs it) or a list of argv words",
+    "rollout_undrain_command": "null, a command line (split like a shell does, no shell runs it) or a list of argv words",
+    "rollout_hook_timeout": "a whole number of seconds >= 1",
+    "rollout_drain_timeout": "a whole number of seconds >= 1",
 }
 
 PositiveInt = Annotated[int, Field(ge=1)]
@@ -173,6 +178,27 @@ class HostProfile(BaseModel):
     vllm_user: str = "vllm"
     vllm_ready_timeout: PositiveInt = 1800
     vllm_hardening: Literal["standard", "strict"] = "standard"
+    # `hostkit rollout`: run on the controller with the host's name as the last argument,
+    # each within rollout_hook_timeout; after the drain, vLLM must show no running request
+    # within rollout_drain_timeout.
+    rollout_drain_command: list[str] | None = None
+    rollout_undrain_command: list[str] | None = None
+    rollout_hook_timeout: PositiveInt = 60
+    rollout_drain_timeout: PositiveInt = 300
+
+    @field_validator("rollout_drain_command", "rollout_undrain_command", mode="before")
+    @classmethod
+    def _hook_command(cls, value: Any, info) -> Any:
+        if value is None:
+            return None
+        if isinstance(value, str):
+            try:
+                value = shlex.split(value)
+            except ValueError:
+                raise _invalid(ALLOWED[info.field_name]) from None
+        if not isinstance(value, list) or not value or not all(isinstance(word, str) and word for word in value):
+            raise _invalid(ALLOWED[info.field_name])
+        return value
 
     @field_validator("swap_size", mode="before")
     @classmethod

@@ -59,7 +59,8 @@ def test_the_command_refuses_bad_options_with_exit_2(inventory, tmp_path, option
 def test_dry_run_plans_all_batches_in_order_key_order_without_a_gate(inventory, tmp_path):
     path = inventory(("a", {**GOOD, "rollout_order": 3}), ("b", {**GOOD, "rollout_order": 1}), ("c", {**GOOD, "rollout_order": 2}))
     deployer, lines = Recorder(), []
-    report = rollout(path, "deploy.py", dry=True, order_key="rollout_order", batches="1,100%", deployer=deployer,
+    report = rollout(path, "deploy.py", dry=True, order_key="rollout_order", batches="1,100%", max_unavailable="100%",
+                     deployer=deployer,
                      gate_check=lambda names: pytest.fail("a dry run has no gate"), report_path=tmp_path / "r.json",
                      progress=lines.append)
     assert deployer.batches == [(["b"], True), (["c", "a"], True)]
