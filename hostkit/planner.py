@@ -289,6 +289,7 @@ def _plan_vllm(
         served_model_name=p.served_model_name,
         cache_dir=cache_dir,
         ready_timeout_s=p.vllm_ready_timeout,
+        parse_check_timeout_s=p.vllm_parse_check_timeout,
         hardening=p.vllm_hardening,
         sizing=sizing,
     )

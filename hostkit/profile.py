@@ -92,6 +92,7 @@ ALLOWED: dict[str, str] = {
     "vllm_memory_swap_max": "'auto', null (no limit) or a binary size such as '8G' or '0'",
     "vllm_user": "a non-root user name (lower case, up to 32 characters)",
     "vllm_ready_timeout": "a whole number of seconds >= 1",
+    "vllm_parse_check_timeout": "a whole number of seconds >= 1",
     "vllm_hardening": "'standard' or 'strict'",
     "rollout_drain_command": "null, a command line (split like a shell does, no shell runs it) or a list of argv words",
     "rollout_undrain_command": "null, a command line (split like a shell does, no shell runs it) or a list of argv words",
@@ -177,6 +178,9 @@ class HostProfile(BaseModel):
     vllm_memory_swap_max: Literal["auto"] | Size | None = "auto"
     vllm_user: str = "vllm"
     vllm_ready_timeout: PositiveInt = 1800
+    # The parse check's deadline: a real `vllm serve` parse took 15.7 s (median of 3) on a
+    # loaded 2-core machine; raise it for a slow host (a VM without acceleration).
+    vllm_parse_check_timeout: PositiveInt = 30
     vllm_hardening: Literal["standard", "strict"] = "standard"
     # `hostkit rollout`: run on the controller with the host's name as the last argument,
     # each within rollout_hook_timeout; after the drain, vLLM must show no running request

@@ -73,11 +73,10 @@ PAGE_SIZE = 4096
 
 _PARSE_CHECK_EXIT = {2: "the host's vLLM argument parser rejected", 3: "the host's vLLM rejected (its own checks)"}
 _CANNOT_CHECK = 4
-# The parse check's deadline. A real parse is the import of vLLM's CLI (torch and all):
-# PARSE_CHECK_NOTE in the README gives the measured figures. A CLI that never reaches
-# argparse's dispatch (a wrapper that serves at once) is stopped at this deadline instead
-# of holding the deploy lock for ever; GNU timeout exits 124, or 137 after the KILL.
-PARSE_CHECK_TIMEOUT_S = 60
+# The parse check stops after plan.parse_check_timeout_s (vllm_parse_check_timeout): a CLI
+# that never reaches argparse's dispatch (a wrapper that serves at once) then fails in
+# seconds instead of holding the deploy lock for ever. GNU timeout exits 124, or 137
+# after the KILL.
 _PARSE_CHECK_KILL_AFTER_S = 5
 _TIMED_OUT = (124, 137)
 
@@ -239,9 +238,9 @@ def verify_problems(ok: bool, output_lines: list[str], path: str = VERIFY_PATH) 
     return ours
 
 
-def parse_check_command(plan: VllmPlan, timeout_s: int = PARSE_CHECK_TIMEOUT_S) -> str:
+def parse_check_command(plan: VllmPlan) -> str:
     """Run the host's vLLM argument parser on plan.argv as the service user (parse only),
-    stopped after `timeout_s` seconds."""
+    stopped after plan.parse_check_timeout_s."""
     script = resources.files("hostkit").joinpath("vllm_parse_check.py").read_text()
     command, *args = plan.argv
     quoted_args = " ".join(shlex.quote(arg) for arg in args)
@@ -255,7 +254,7 @@ def parse_check_command(plan: VllmPlan, timeout_s: int = PARSE_CHECK_TIMEOUT_S) 
         "esac",
         # ${line#??} drops "#!"; unquoted so that "#!/usr/bin/env python3" splits into words.
         f"cd / && exec runuser -u {shlex.quote(plan.user)} -- timeout -k {_PARSE_CHECK_KILL_AFTER_S}"
-        f" {timeout_s} ${{line#??}} -c {shlex.quote(script)} \"$c\" {quoted_args}",
+        f" {plan.parse_check_timeout_s} ${{line#??}} -c {shlex.quote(script)} \"$c\" {quoted_args}",
         ")",
         # pyinfra reports only success or failure: say which failure.
         'rc=$?; echo "hostkit-exit=$rc" >&2; exit $rc',
@@ -287,7 +286,7 @@ def check_unit_file(state: State, host: Host, connector_arguments: dict[str, Any
 def check_flags(state: State, host: Host, plan: VllmPlan, connector_arguments: dict[str, Any]) -> bool:
     command = StringCommand(parse_check_command(plan))
     # The remote timeout ends the check; this one only guards against a connection that hangs.
-    waited_s = PARSE_CHECK_TIMEOUT_S + _PARSE_CHECK_KILL_AFTER_S + 30
+    waited_s = plan.parse_check_timeout_s + _PARSE_CHECK_KILL_AFTER_S + 30
     try:
         ok, output = host.run_shell_command(command, **{**connector_arguments, "_timeout": waited_s})
     except TimeoutError:
@@ -299,7 +298,7 @@ def check_flags(state: State, host: Host, plan: VllmPlan, connector_arguments: d
     exit_status = _exit_status(output.stderr_lines)
     if exit_status in _TIMED_OUT:
         host.log_styled(
-            f"{VLLM_UNIT}: the parse check of {plan.argv[0]} did not end within {PARSE_CHECK_TIMEOUT_S}s: its CLI"
+            f"{VLLM_UNIT}: the parse check of {plan.argv[0]} did not end within {plan.parse_check_timeout_s}s: its CLI"
             " never reached argparse's dispatch (a wrapper that serves or waits at once?), so the new command line"
             " cannot be checked; the old unit stays. vllm_command must be vLLM's own console script.",
             fg="red", log_func=logger.error)

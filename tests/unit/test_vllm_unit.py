@@ -705,10 +705,9 @@ def test_parse_check_of_a_cli_that_never_dispatches_ends_at_its_deadline(tmp_pat
     script = tmp_path / "vllm"
     script.write_text("#!/usr/bin/python3\nimport time\ntime.sleep(3600)\n")
     script.chmod(0o755)
-    p = plan(user="root", argv=[str(script), "serve", "m"])
+    p = plan(user="root", argv=[str(script), "serve", "m"], parse_check_timeout_s=2)
     started = time.monotonic()
-    result = subprocess.run(["sh", "-c", ops.parse_check_command(p, timeout_s=2)], capture_output=True, text=True,
-                            timeout=60)
+    result = subprocess.run(["sh", "-c", ops.parse_check_command(p)], capture_output=True, text=True, timeout=60)
     assert time.monotonic() - started < 10
     assert result.returncode == 124 and ops._exit_status(result.stderr.splitlines()) in ops._TIMED_OUT
 
