@@ -63,8 +63,10 @@ def test_rollout_happy_path_halt_on_a_failing_gate_and_resume(lab_fleet, tmp_pat
     first, second, third = hosts
     names = [lab_host.name for lab_host in hosts]
 
-    # The happy path: canary, then the other two; every host deployed and gated.
-    happy = rollout(write_fleet(tmp_path / "v1.py", hosts, BASE), tmp_path / "v1.json", "--batches", "1,100%")
+    # The happy path: canary, then the other two (2 of 3 at once: more than the default
+    # --max-unavailable 25% allows); every host deployed and gated.
+    happy = rollout(write_fleet(tmp_path / "v1.py", hosts, BASE), tmp_path / "v1.json", "--batches", "1,100%",
+                    "--max-unavailable", "2")
     assert happy.returncode == 0, explain(happy, hosts)
     report = json.loads((tmp_path / "v1.json").read_text())
     assert report["outcome"] == "completed" and report["counts"] == {"done": 3}
