@@ -216,11 +216,15 @@ def run_rollout(
 
         if drainer is not None:
             back = [name for name in batch.hosts if report.host(name).state != FAILED and drainer.drains(name)]
-            for name, check in drainer.undrain(back).items():
+            undrained = drainer.undrain(back)
+            for name, check in undrained.items():
                 report.host(name).drain.append(check)
                 step(name, "undrain")
                 if not check.passed:
                     fail(name, f"undrain: {check.detail}")
+            if undrained:
+                progress(f"{label}: undrained " + ", ".join(
+                    name if check.passed else f"{name} FAILED ({check.detail})" for name, check in undrained.items()))
             kept = [name for name in batch.hosts if drainer.drains(name) and report.host(name).state == FAILED
                     and not any(check.name == "undrain" for check in report.host(name).drain)]
             if kept:

@@ -205,6 +205,7 @@ def test_each_host_is_drained_deployed_gated_and_undrained_in_order(tmp_path):
     saved = read_report(tmp_path / "r.json")
     assert saved.max_unavailable == "25%" and saved.host("h1").timeline == report.host("h1").timeline
     assert "at most 25% of a model's hosts at once" in lines[0]
+    assert "batch 2/5: undrained h2, h3" in lines
 
 
 def test_a_failed_drain_is_not_deployed_and_goes_back_into_service(tmp_path):
