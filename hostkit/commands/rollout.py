@@ -20,6 +20,9 @@ from hostkit.rollout.render import summary_table
               help="Cumulative stages: host counts or percentages of the hosts; the first is the canary.")
 @click.option("--max-failed", default="0", show_default=True,
               help="Failed hosts tolerated over the whole rollout: a count, or a percentage of the hosts.")
+@click.option("--max-unavailable", default="25%", show_default=True,
+              help="Hosts of one served model that a batch may take out of service at once: a count, or a"
+                   " percentage of that model's hosts (rounded down, at least 1). Splits --batches further.")
 @click.option("--gate", type=click.Choice(["verify", "ready", "none"]), default="verify", show_default=True,
               help="After each batch: verify = hostkit verify + readiness + a completion; ready = readiness + a completion.")
 @click.option("--gate-timeout", type=float, default=None,
@@ -31,7 +34,8 @@ from hostkit.rollout.render import summary_table
 @click.option("--report", "report_path", type=click.Path(dir_okay=False), default=None,
               help="Where to write the JSON report [default: rollout-<UTC time>.json].")
 @click.option("--dry", is_flag=True, help="Show the batches and what would change on each host; change nothing.")
-def rollout(inventory: str, deploy: str, batches: str, max_failed: str, gate: str, gate_timeout: float | None,
+def rollout(inventory: str, deploy: str, batches: str, max_failed: str, max_unavailable: str, gate: str,
+            gate_timeout: float | None,
             order_key: str | None, resume: str | None, report_path: str | None, dry: bool) -> None:
     """Roll DEPLOY out over INVENTORY without taking the fleet down.
 
@@ -45,7 +49,8 @@ def rollout(inventory: str, deploy: str, batches: str, max_failed: str, gate: st
 
     report_path = report_path or f"rollout-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}{'-dry' if dry else ''}.json"
     try:
-        report = run(inventory, deploy, batches=batches, max_failed=max_failed, gate=gate, order_key=order_key,
+        report = run(inventory, deploy, batches=batches, max_failed=max_failed, max_unavailable=max_unavailable,
+                     gate=gate, order_key=order_key,
                      dry=dry, resume=resume, report_path=report_path, gate_timeout=gate_timeout,
                      progress=lambda line: click.echo(line, err=True))
     except ProfileError as error:

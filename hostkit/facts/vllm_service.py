@@ -6,6 +6,7 @@ never its content. The readiness probe reads the key on the host (hostkit.readin
 
 from __future__ import annotations
 
+import base64
 import json
 import shlex
 from dataclasses import dataclass, field
@@ -71,6 +72,18 @@ class VllmServiceState:
     memory_peak_bytes: int | None = None
     oom_kills: int | None = None
     probe: Probe | None = None
+    unit_text: str | None = None  # the installed unit file (world-readable, holds no secret)
+    # Unix seconds: when the command file was last replaced (ctime: tar and pip cannot set
+    # it back), and when the running main process started. None: unknown.
+    command_changed_at: int | None = None
+    main_started_at: int | None = None
+
+    @property
+    def release_replaced(self) -> bool:
+        """The command file was replaced after the running process started (a new release)."""
+        if self.command_changed_at is None or self.main_started_at is None or not self.is_active:
+            return False
+        return self.command_changed_at > self.main_started_at
 
     @property
     def active_state(self) -> str:
@@ -148,6 +161,9 @@ class VllmServiceFact(FactBase):
             "$hk_stats",
             "EOF",
             "printf '%s\\n' \"unit_sha256=$unit_sha256\" \"env_sha256=$env_sha256\" \"env_stat=$env_stat\" \"env_dir_stat=$env_dir_stat\"",
+            f"[ -r {UNIT_PATH} ] && echo \"unit_text=$(base64 -w0 {UNIT_PATH})\"",
+            f"echo \"command_ctime=$(stat -L -c %Z -- {shlex.quote(target.command)} 2>/dev/null)\"",
+            f"echo \"main_start=$(systemctl show --timestamp=unix -p ExecMainStartTimestamp --value {VLLM_UNIT} 2>/dev/null)\"",
             f"hk_show=$(systemctl show {VLLM_UNIT} {properties} 2>/dev/null)",
             "cg=",
             "while IFS= read -r hk_line; do",
@@ -200,7 +216,17 @@ class VllmServiceFact(FactBase):
             memory_peak_bytes=_int(cgroup.get("memory.peak") or cgroup.get("memory.max_usage_in_bytes")),
             oom_kills=_int(cgroup.get("oom_kill")),
             probe=Probe.parse(values["probe"]) if values.get("probe") else None,
+            unit_text=_decoded(values.get("unit_text")),
+            command_changed_at=_int(values.get("command_ctime") or None),
+            main_started_at=_int(values.get("main_start", "").lstrip("@") or None),
         )
+
+
+def _decoded(text: str | None) -> str | None:
+    try:
+        return base64.b64decode(text, validate=True).decode() if text is not None else None
+    except (ValueError, UnicodeDecodeError):
+        return None
 
 
 def _memory_limit(cgroup: dict[str, str]) -> int | None:

@@ -4,8 +4,11 @@
 VERIFY_PATH and must pass `systemd-analyze verify`, and its argv must pass the host's own
 vLLM argument parser (hostkit/vllm_parse_check.py), before it replaces the installed
 unit: a failed check fails the host and leaves the previous unit installed and running.
-daemon-reload runs only when the unit file changed; the service restarts only when the
-unit or the environment file changed, or when it is not running. A rerun yields nothing.
+daemon-reload runs only when the unit file changed. The service restarts only for a change
+of what runs (`service_changes`): a directive that needs a restart, the environment file,
+the command file replaced since the process started (a new release), or when it is not
+running. A changed comment rewrites the unit without a restart; a changed memory limit is
+applied to the running unit's cgroup by the daemon-reload alone. A rerun yields nothing.
 
 The environment file holds the API key. It is uploaded from memory (FileUploadCommand of
 a StringIO, which pyinfra logs as "file uploaded: PATH", never the content) into a
@@ -51,6 +54,7 @@ from hostkit.facts.vllm_service import (
 )
 from hostkit.plans import VLLM_ENV_FILE, VLLM_UNIT, VllmPlan
 from hostkit.readiness import Observation, wait_until_ready
+from hostkit.unit_changes import UnitChange, unit_change
 from hostkit.vllm_unit import (
     ENV_DIR,
     HOME_DIR,
@@ -69,6 +73,12 @@ PAGE_SIZE = 4096
 
 _PARSE_CHECK_EXIT = {2: "the host's vLLM argument parser rejected", 3: "the host's vLLM rejected (its own checks)"}
 _CANNOT_CHECK = 4
+# The parse check stops after plan.parse_check_timeout_s (vllm_parse_check_timeout): a CLI
+# that never reaches argparse's dispatch (a wrapper that serves at once) then fails in
+# seconds instead of holding the deploy lock for ever. GNU timeout exits 124, or 137
+# after the KILL.
+_PARSE_CHECK_KILL_AFTER_S = 5
+_TIMED_OUT = (124, 137)
 
 
 # -- pure: what to change -----------------------------------------------------------------
@@ -85,22 +95,51 @@ class ServiceChanges:
     enable: bool = False
     reset_failed: bool = False
     restart: bool = False
+    # Why the running service restarts, or which limits daemon-reload applies to it live.
+    restart_reasons: tuple[str, ...] = ()
+    live_limits: tuple[str, ...] = ()
 
     def __bool__(self) -> bool:
         return any(getattr(self, item.name) for item in fields(self))
 
     def describe(self) -> str:
-        return ", ".join(item.name.replace("_", " ") for item in fields(self) if getattr(self, item.name))
+        words = []
+        for item in fields(self):
+            value = getattr(self, item.name)
+            if value is True:
+                words.append(item.name.replace("_", " "))
+            elif value:
+                words.append(f"{item.name.replace('_', ' ')}: {' '.join(value)}")
+        return ", ".join(words)
 
 
 def text_sha256(text: str) -> str:
     return sha256(text.encode()).hexdigest()
 
 
+def restart_reasons(current: VllmServiceState, unit: UnitChange, write_env: bool) -> tuple[str, ...]:
+    """Why the service must (re)start: a change of what runs, or it does not run."""
+    if not current.is_active:
+        return ("not running",)
+    reasons = list(unit.restart_directives)
+    if write_env:
+        reasons.append("the environment file")
+    if current.release_replaced:
+        reasons.append(f"{current.target.command} replaced since start (a new release)")
+    return tuple(reasons)
+
+
 def service_changes(current: VllmServiceState, unit_text: str, env_text: str) -> ServiceChanges:
-    """What must change on a host in state `current` to run the unit and env file given."""
+    """What must change on a host in state `current` to run the unit and env file given.
+
+    A new unit text restarts the service only when a directive that needs a restart
+    changed (hostkit.unit_changes); comments do not count, and limits that daemon-reload
+    applies to the running unit's cgroup change without one.
+    """
     install_unit = current.unit_sha256 != text_sha256(unit_text)
     write_env = current.env_sha256 != text_sha256(env_text)
+    unit = unit_change(current.unit_text, unit_text) if install_unit else UnitChange()
+    reasons = restart_reasons(current, unit, write_env)
     return ServiceChanges(
         create_user=current.user_uid is None,
         fix_env_dir=current.env_dir_stat != ENV_DIR_STAT,
@@ -110,7 +149,9 @@ def service_changes(current: VllmServiceState, unit_text: str, env_text: str) ->
         daemon_reload=install_unit or current.need_daemon_reload,
         enable=not current.is_enabled,
         reset_failed=current.active_state == "failed",
-        restart=install_unit or write_env or not current.is_active,
+        restart=bool(reasons),
+        restart_reasons=reasons,
+        live_limits=() if reasons else unit.live_directives,
     )
 
 
@@ -198,7 +239,8 @@ def verify_problems(ok: bool, output_lines: list[str], path: str = VERIFY_PATH) 
 
 
 def parse_check_command(plan: VllmPlan) -> str:
-    """Run the host's vLLM argument parser on plan.argv as the service user (parse only)."""
+    """Run the host's vLLM argument parser on plan.argv as the service user (parse only),
+    stopped after plan.parse_check_timeout_s."""
     script = resources.files("hostkit").joinpath("vllm_parse_check.py").read_text()
     command, *args = plan.argv
     quoted_args = " ".join(shlex.quote(arg) for arg in args)
@@ -211,7 +253,8 @@ def parse_check_command(plan: VllmPlan) -> str:
         f'  *) echo "$c is not a Python entry point: cannot run its parser" >&2; exit {_CANNOT_CHECK};;',
         "esac",
         # ${line#??} drops "#!"; unquoted so that "#!/usr/bin/env python3" splits into words.
-        f"cd / && exec runuser -u {shlex.quote(plan.user)} -- ${{line#??}} -c {shlex.quote(script)} \"$c\" {quoted_args}",
+        f"cd / && exec runuser -u {shlex.quote(plan.user)} -- timeout -k {_PARSE_CHECK_KILL_AFTER_S}"
+        f" {plan.parse_check_timeout_s} ${{line#??}} -c {shlex.quote(script)} \"$c\" {quoted_args}",
         ")",
         # pyinfra reports only success or failure: say which failure.
         'rc=$?; echo "hostkit-exit=$rc" >&2; exit $rc',
@@ -242,10 +285,25 @@ def check_unit_file(state: State, host: Host, connector_arguments: dict[str, Any
 
 def check_flags(state: State, host: Host, plan: VllmPlan, connector_arguments: dict[str, Any]) -> bool:
     command = StringCommand(parse_check_command(plan))
-    ok, output = host.run_shell_command(command, **connector_arguments)
+    # The remote timeout ends the check; this one only guards against a connection that hangs.
+    waited_s = plan.parse_check_timeout_s + _PARSE_CHECK_KILL_AFTER_S + 30
+    try:
+        ok, output = host.run_shell_command(command, **{**connector_arguments, "_timeout": waited_s})
+    except TimeoutError:
+        host.log_styled(f"{VLLM_UNIT}: the parse check of {plan.argv[0]} gave no answer within {waited_s}s;"
+                        " the old unit stays", fg="red", log_func=logger.error)
+        return False
     if ok:
         return True
     exit_status = _exit_status(output.stderr_lines)
+    if exit_status in _TIMED_OUT:
+        host.log_styled(
+            f"{VLLM_UNIT}: the parse check of {plan.argv[0]} did not end within {plan.parse_check_timeout_s}s: its CLI"
+            " never reached argparse's dispatch (a wrapper that serves or waits at once?), so the new command line"
+            " cannot be checked; the old unit stays. vllm_command must be vLLM's own console script.",
+            fg="red", log_func=logger.error)
+        _log_lines(host, output.stderr_lines[-20:])
+        return False
     if exit_status == _CANNOT_CHECK:
         host.log_styled(f"{VLLM_UNIT}: flags not checked on the host: {output.stderr.strip()}", fg="yellow",
                         log_func=logger.warning)
@@ -328,6 +386,11 @@ def vllm_service(plan: VllmPlan, profile: Any = None):
     for path in current.drop_in_paths:
         host.log_styled(f"{VLLM_UNIT}: drop-in {path} also changes the unit", fg="yellow", log_func=logger.warning)
     mark_changed(host, "vllm")
+    if changes.restart and current.is_active:
+        host.log_styled(f"{VLLM_UNIT}: restarts for {', '.join(changes.restart_reasons)}", fg="yellow")
+    elif changes.live_limits:
+        host.log_styled(f"{VLLM_UNIT}: {' '.join(changes.live_limits)} applied to the running unit, no restart",
+                        fg="cyan")
     connector_arguments = _connector_arguments(host)
 
     # Each remote command is a round trip: the steps on either side of the checks run as one

@@ -138,3 +138,69 @@ def parse_max_failed(spec: str) -> MaxFailed:
     if "." in match["number"]:
         raise BatchSpecError(f"--max-failed {spec!r}: a host count must be a whole number")
     return MaxFailed(count=int(match["number"]))
+
+
+DEFAULT_MAX_UNAVAILABLE = "25%"
+
+
+@dataclass(frozen=True)
+class MaxUnavailable:
+    """How many hosts of one served model a batch may take out of service at once.
+
+    A percentage is of that model's hosts in the rollout, rounded down but at least 1:
+    `25%` of 3 hosts is 1, of 8 hosts 2.
+    """
+
+    count: int | None = None
+    fraction: Fraction | None = None
+
+    def limit(self, total: int) -> int:
+        if self.count is not None:
+            return self.count
+        return max(1, math.floor(self.fraction * total))
+
+    def __str__(self) -> str:
+        if self.count is not None:
+            return str(self.count)
+        percent = self.fraction * 100
+        return f"{percent.numerator if percent.denominator == 1 else float(percent)}%"
+
+
+def parse_max_unavailable(spec: str) -> MaxUnavailable:
+    match = _STAGE.match(spec.strip())
+    if not match:
+        raise BatchSpecError(f"--max-unavailable {spec!r}: expected a host count such as 1 or a percentage such as 25%")
+    if match["percent"]:
+        fraction = Fraction(match["number"]) / 100
+        if not 0 < fraction <= 1:
+            raise BatchSpecError(f"--max-unavailable {spec!r}: a percentage must be above 0% and at most 100%")
+        return MaxUnavailable(fraction=fraction)
+    if "." in match["number"] or int(match["number"]) < 1:
+        raise BatchSpecError(f"--max-unavailable {spec!r}: a host count must be a whole number >= 1")
+    return MaxUnavailable(count=int(match["number"]))
+
+
+def limit_unavailable(batches: Sequence[Sequence[str]], models: Mapping[str, str | None],
+                      max_unavailable: MaxUnavailable) -> list[list[str]]:
+    """`batches` split further, in order, so that no batch holds more than
+    `max_unavailable` of one served model's hosts (`models`: host -> served model name;
+    None: serves nothing, no limit). Each host goes into the first part of its batch with
+    room for one more host of its model, else into a new part at the end."""
+    totals: dict[str | None, int] = {}
+    for batch in batches:
+        for name in batch:
+            totals[models.get(name)] = totals.get(models.get(name), 0) + 1
+    limits = {model: max_unavailable.limit(total) for model, total in totals.items() if model is not None}
+    split: list[list[str]] = []
+    for batch in batches:
+        parts: list[list[str]] = []
+        for name in batch:
+            model = models.get(name)
+            part = next((part for part in parts if model is None
+                         or sum(models.get(other) == model for other in part) < limits[model]), None)
+            if part is None:
+                part = []
+                parts.append(part)
+            part.append(name)
+        split.extend(parts)
+    return split

@@ -7,11 +7,20 @@ without hosts and the same loop drives pyinfra in production and in the scale be
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
-from hostkit.rollout.batches import MaxFailed, Stage, split_batches
+from hostkit.rollout.batches import (
+    DEFAULT_MAX_UNAVAILABLE,
+    MaxFailed,
+    MaxUnavailable,
+    Stage,
+    limit_unavailable,
+    parse_max_unavailable,
+    split_batches,
+)
 from hostkit.rollout.pyinfra_batch import BatchDeploy
 from hostkit.rollout.report import (
     DONE,
@@ -20,6 +29,7 @@ from hostkit.rollout.report import (
     PLANNED,
     UNTOUCHED,
     BatchRecord,
+    GateCheck,
     GateResult,
     HostRecord,
     RolloutReport,
@@ -28,6 +38,16 @@ from hostkit.rollout.report import (
 
 Deployer = Callable[[Sequence[str], bool], BatchDeploy]
 Gate = Callable[[Sequence[str]], dict[str, GateResult]]
+
+
+class Drain(Protocol):
+    """Takes hosts out of service and back (hostkit.rollout.drain.Drainer)."""
+
+    def drains(self, name: str) -> bool: ...
+
+    def drain(self, names: Sequence[str]) -> dict[str, list[GateCheck]]: ...
+
+    def undrain(self, names: Sequence[str]) -> dict[str, GateCheck]: ...
 
 
 @dataclass(frozen=True)
@@ -39,6 +59,7 @@ class RolloutSettings:
     gate: str  # "verify" | "ready" | "none": recorded; the gate callable does the work
     order_key: str | None = None
     dry: bool = False
+    max_unavailable: MaxUnavailable = parse_max_unavailable(DEFAULT_MAX_UNAVAILABLE)
 
     @property
     def batches_spec(self) -> str:
@@ -72,11 +93,16 @@ def run_rollout(
     progress: Callable[[str], None] = print,
     previous: RolloutReport | None = None,
     previous_path: str | None = None,
+    models: Mapping[str, str | None] | None = None,
+    drainer: Drain | None = None,
 ) -> RolloutReport:
     """Roll `ordered` (host names in rollout order) batch by batch; `gate` None: no gate.
 
     With `previous` (a report), hosts done there are skipped and the rest rolled again.
     The report is written to `report_path` before the first batch and after every batch.
+    `models` (host -> served model, None: serves nothing) splits batches further so that
+    none takes more than settings.max_unavailable of a model's hosts; `drainer` takes a
+    batch's hosts out of service before its deploy and back after its gate.
     """
     started = time.monotonic()
     report = RolloutReport(
@@ -88,6 +114,7 @@ def run_rollout(
         order_key=settings.order_key,
         dry=settings.dry,
         resumed_from=previous_path,
+        max_unavailable=str(settings.max_unavailable) if models is not None else None,
     )
     pending = list(ordered)
     if previous is not None:
@@ -101,6 +128,8 @@ def run_rollout(
     report.hosts.extend(HostRecord(name) for name in pending)
 
     batches = split_batches(pending, settings.stages)
+    if models is not None:
+        batches = limit_unavailable(batches, models, settings.max_unavailable)
     report.batches = [BatchRecord(index, hosts) for index, hosts in enumerate(batches, start=1)]
     for record in report.batches:
         for name in record.hosts:
@@ -108,6 +137,8 @@ def run_rollout(
     limit = settings.max_failed.limit(len(pending))
     sizes = ", ".join(str(len(hosts)) for hosts in batches)
     rules = "no gate, nothing changed" if settings.dry else f"gate {settings.gate}; max failed {limit}"
+    if models is not None:
+        rules += f"; at most {settings.max_unavailable} of a model's hosts at once"
     progress(
         f"{'dry run: ' if settings.dry else ''}{_plural(len(pending), 'host')} in {_plural(len(batches), 'batch')}"
         f"{f' ({sizes})' if batches else ''}; {rules}"
@@ -118,6 +149,13 @@ def run_rollout(
         if report_path is not None:
             report.write(report_path)
 
+    def step(name: str, what: str) -> None:
+        report.host(name).timeline.append([what, round(time.monotonic() - started, 3)])
+
+    def fail(name: str, failure: str) -> None:
+        record = report.host(name)
+        record.state, record.failure = FAILED, failure
+
     save()
     failed_total = 0
     for batch in report.batches:
@@ -127,9 +165,15 @@ def run_rollout(
             report.host(name).state = IN_PROGRESS
         save()
 
-        deployed = deploy_batch(batch.hosts, settings.dry)
+        to_deploy = list(batch.hosts)
+        if drainer is not None and not settings.dry:
+            to_deploy = _drain(batch.hosts, drainer, report, step, fail, lambda line: progress(f"{label}: {line}"))
+            save()
+        for name in to_deploy:
+            step(name, "deploy")
+        deployed = deploy_batch(to_deploy, settings.dry) if to_deploy else BatchDeploy({}, 0.0)
         batch.deploy_seconds = deployed.seconds
-        for name in batch.hosts:
+        for name in to_deploy:
             record, result = report.host(name), deployed.hosts[name]
             record.deploy_seconds = deployed.seconds
             record.changed, record.errors, record.would_change = result.changed, result.errors, result.would_change
@@ -154,6 +198,8 @@ def run_rollout(
         )
 
         if gate is not None and deployed_ok:
+            for name in deployed_ok:
+                step(name, "gate")
             gate_started = time.monotonic()
             gated = gate(deployed_ok)
             batch.gate_seconds = round(time.monotonic() - gate_started, 3)
@@ -167,6 +213,22 @@ def run_rollout(
                 f"{label}: gate {settings.gate} passed on {len(passed)}/{len(deployed_ok)} in {batch.gate_seconds:.1f}s"
                 + "".join(f"; {name} FAILED {report.host(name).failure}" for name in deployed_ok if name not in passed)
             )
+
+        if drainer is not None:
+            back = [name for name in batch.hosts if report.host(name).state != FAILED and drainer.drains(name)]
+            undrained = drainer.undrain(back)
+            for name, check in undrained.items():
+                report.host(name).drain.append(check)
+                step(name, "undrain")
+                if not check.passed:
+                    fail(name, f"undrain: {check.detail}")
+            if undrained:
+                progress(f"{label}: undrained " + ", ".join(
+                    name if check.passed else f"{name} FAILED ({check.detail})" for name, check in undrained.items()))
+            kept = [name for name in batch.hosts if drainer.drains(name) and report.host(name).state == FAILED
+                    and not any(check.name == "undrain" for check in report.host(name).drain)]
+            if kept:
+                progress(f"{label}: left drained (failed after their drain): {', '.join(kept)}")
 
         batch.failed = [name for name in batch.hosts if report.host(name).state == FAILED]
         for name in batch.hosts:
@@ -187,6 +249,28 @@ def run_rollout(
     report.outcome = "planned" if settings.dry else "completed"
     save()
     return report
+
+
+def _drain(names: Sequence[str], drainer: Drain, report: RolloutReport, step: Callable[[str, str], None],
+           fail: Callable[[str, str], None], progress: Callable[[str], None]) -> list[str]:
+    """Drain a batch's hosts; the ones to deploy. A host whose drain fails is put back into
+    service at once (undrained): it was not touched."""
+    refused = []
+    for name, checks in drainer.drain(names).items():
+        report.host(name).drain.extend(checks)
+        step(name, "drain")
+        failed = [check for check in checks if not check.passed]
+        if failed:
+            fail(name, f"{failed[0].name}: {failed[0].detail}")
+            refused.append(name)
+        else:
+            progress(f"drained {name}: {'; '.join(check.detail for check in checks)}")
+    for name, check in drainer.undrain(refused).items():
+        report.host(name).drain.append(check)
+        step(name, "undrain")
+    if refused:
+        progress("not deployed, drain failed: " + "; ".join(f"{name}: {report.host(name).failure}" for name in refused))
+    return [name for name in names if name not in refused]
 
 
 def _would_change_line(record: HostRecord) -> str:

@@ -6,8 +6,15 @@ from collections.abc import Callable
 from pathlib import Path
 
 from hostkit.profile import load_inventory, validate_inventory
-from hostkit.rollout.batches import order_hosts, parse_batches, parse_max_failed
-from hostkit.rollout.engine import Deployer, Gate, RolloutSettings, run_rollout
+from hostkit.rollout.batches import (
+    DEFAULT_MAX_UNAVAILABLE,
+    order_hosts,
+    parse_batches,
+    parse_max_failed,
+    parse_max_unavailable,
+)
+from hostkit.rollout.drain import Drainer
+from hostkit.rollout.engine import Deployer, Drain, Gate, RolloutSettings, run_rollout
 from hostkit.rollout.gate import ServiceGate, VerifyGate
 from hostkit.rollout.pyinfra_batch import PyinfraBatchDeployer
 from hostkit.rollout.report import RolloutReport, read_report
@@ -21,6 +28,7 @@ def rollout(
     *,
     batches: str = "1,25%,100%",
     max_failed: str = "0",
+    max_unavailable: str = DEFAULT_MAX_UNAVAILABLE,
     gate: str = "verify",
     order_key: str | None = None,
     dry: bool = False,
@@ -30,11 +38,13 @@ def rollout(
     progress: Callable[[str], None] = print,
     deployer: Deployer | None = None,
     gate_check: Gate | None = None,
+    drainer: Drain | None = None,
 ) -> RolloutReport:
     """Roll `deploy` out over `inventory`. Raises ValueError (bad options or resume
     report) or hostkit.profile.ProfileError (bad host data) before any host is touched.
 
-    `deployer` and `gate_check` replace pyinfra and the health gate (tests, the bench).
+    `deployer`, `gate_check` and `drainer` replace pyinfra, the health gate and the drain
+    steps (tests, the bench).
     """
     if gate not in GATES:
         raise ValueError(f"--gate {gate!r}: expected one of {', '.join(GATES)}")
@@ -46,6 +56,7 @@ def rollout(
         gate=gate,
         order_key=order_key,
         dry=dry,
+        max_unavailable=parse_max_unavailable(max_unavailable),
     )
     hosts = load_inventory(str(inventory))
     profiles = validate_inventory(hosts)
@@ -58,6 +69,9 @@ def rollout(
     if gate_check is None and gate != "none" and not dry:
         service_gate = ServiceGate(inventory, profiles, dict(hosts), timeout=gate_timeout)
         gate_check = VerifyGate(inventory, service_gate) if gate == "verify" else service_gate
+    if drainer is None and any(profile.rollout_drain_command for profile in profiles.values()):
+        drainer = Drainer(inventory, profiles, dict(hosts))
+    models = {name: profile.served_model_name if profile.vllm_enabled else None for name, profile in profiles.items()}
     return run_rollout(
         ordered,
         settings,
@@ -67,4 +81,6 @@ def rollout(
         progress=progress,
         previous=previous,
         previous_path=str(resume) if resume else None,
+        models=models,
+        drainer=drainer,
     )

@@ -150,33 +150,41 @@ class ServiceGate:
         return _result(checks, started, f"from the controller to {base_url}")
 
     def _probe_on_host(self, host) -> GateResult:
-        from pyinfra.api.arguments import CONNECTOR_ARGUMENT_KEYS, pop_global_arguments
-        from pyinfra.api.command import QuoteString, StringCommand
-        from pyinfra.context import ctx_host, ctx_state
-
         started = time.monotonic()
         profile = self.profiles[host.name]
         timeout = self._timeout(profile)
         args = {"base_url": host_base_url(profile), "model": profile.served_model_name, "timeout": timeout}
-        command = StringCommand(
-            "command -v python3 >/dev/null || { echo 'python3 is missing on the host' >&2; exit 127; };",
-            "python3", "-c", QuoteString(PROBE_SOURCE), QuoteString(json.dumps(args)),
-        )
         key = profile.vllm_api_key.get_secret_value() if profile.vllm_api_key else ""
-        with ctx_state.use(host.state), ctx_host.use(host):
-            # The host's own sudo/su/env settings apply, as they would to a fact.
-            arguments, _ = pop_global_arguments(host.state, host, {"_stdin": key + "\n", "_timeout": int(timeout) + 60})
-            connector_arguments = {k: v for k, v in arguments.items() if k in CONNECTOR_ARGUMENT_KEYS}
-            try:
-                _, output = host.run_shell_command(command, print_output=False, print_input=False, **connector_arguments)
-            except (OSError, TimeoutError) as error:
-                return _failed("probe", f"on the host: {error}", started)
+        checks, error = run_script_on_host(host, PROBE_SOURCE, args, stdin=key + "\n", timeout=timeout + 60)
         where = f"on the host, to {args['base_url']}"
-        try:
-            checks = json.loads(output.stdout.strip().splitlines()[-1])
-        except (ValueError, IndexError):
-            return _failed("probe", f"{where}: no probe result: {output.stderr.strip()[-300:] or 'no output'}", started)
+        if error is not None:
+            return _failed("probe", f"{where}: {error}", started)
         return _result(checks, started, where)
+
+
+def run_script_on_host(host, source: str, args: Mapping[str, Any], stdin: str, timeout: float) -> tuple[Any, str | None]:
+    """Run a standard-library script (probe.py, idle.py) with `python3 -c` through the host's
+    own pyinfra connection and its sudo/su/env settings; (its last stdout line as JSON, None)
+    or (None, what went wrong)."""
+    from pyinfra.api.arguments import CONNECTOR_ARGUMENT_KEYS, pop_global_arguments
+    from pyinfra.api.command import QuoteString, StringCommand
+    from pyinfra.context import ctx_host, ctx_state
+
+    command = StringCommand(
+        "command -v python3 >/dev/null || { echo 'python3 is missing on the host' >&2; exit 127; };",
+        "python3", "-c", QuoteString(source), QuoteString(json.dumps(args)),
+    )
+    with ctx_state.use(host.state), ctx_host.use(host):
+        arguments, _ = pop_global_arguments(host.state, host, {"_stdin": stdin, "_timeout": int(timeout)})
+        connector_arguments = {k: v for k, v in arguments.items() if k in CONNECTOR_ARGUMENT_KEYS}
+        try:
+            _, output = host.run_shell_command(command, print_output=False, print_input=False, **connector_arguments)
+        except (OSError, TimeoutError) as error:
+            return None, f"{type(error).__name__} {error}".strip()
+    try:
+        return json.loads(output.stdout.strip().splitlines()[-1]), None
+    except (ValueError, IndexError):
+        return None, f"no result: {output.stderr.strip()[-300:] or 'no output'}"
 
 
 class VerifyGate:

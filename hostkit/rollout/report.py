@@ -59,13 +59,17 @@ class HostRecord:
     gate_seconds: float | None = None
     failure: str | None = None  # why the host failed, one line
     previous_run: bool = False  # done in the run this one resumed
+    drain: list[GateCheck] = field(default_factory=list)  # drain command, idle wait, undrain command
+    # The host's steps in the order they ran: [step, seconds since the rollout began].
+    timeline: list[list[Any]] = field(default_factory=list)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> HostRecord:
         gate = data.get("gate")
         if gate is not None:
             gate = GateResult(gate["passed"], [GateCheck(**check) for check in gate.get("checks", [])], gate.get("seconds", 0.0))
-        return cls(**{**data, "gate": gate})
+        drain = [GateCheck(**check) for check in data.get("drain", [])]
+        return cls(**{**data, "gate": gate, "drain": drain})
 
 
 @dataclass
@@ -88,6 +92,7 @@ class RolloutReport:
     order_key: str | None = None
     dry: bool = False
     resumed_from: str | None = None
+    max_unavailable: str | None = None
     outcome: str = "running"  # running | completed | halted | planned
     halt_reason: str | None = None
     seconds: float = 0.0

@@ -5,6 +5,8 @@ the happy path; a new configuration whose second host serves but hangs on comple
 (the stand-in's VLLM_STANDIN_TOKEN_DELAY_MS), so it passes the deploy's readiness gate and
 fails the rollout's completion check: the rollout halts and the third host is untouched;
 then a fix and --resume, which completes, leaving the fleet on FLEET_DATA for test_verify.py.
+Then, on that serving fleet: a plain re-deploy changes and restarts nothing; a new release of
+the stand-in rolls out with drain and undrain commands and --max-unavailable 2.
 """
 
 from __future__ import annotations
@@ -16,8 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from hostkit.pyinfra_runner import write_inventory
+from hostkit.pyinfra_runner import run_pyinfra, write_inventory
 from tests.e2e.conftest import FLEET_DATA, MAIN_DEPLOY, REPO, lab_data
+from tests.standin.install import install_standin
 
 pytestmark = pytest.mark.lab
 
@@ -60,8 +63,10 @@ def test_rollout_happy_path_halt_on_a_failing_gate_and_resume(lab_fleet, tmp_pat
     first, second, third = hosts
     names = [lab_host.name for lab_host in hosts]
 
-    # The happy path: canary, then the other two; every host deployed and gated.
-    happy = rollout(write_fleet(tmp_path / "v1.py", hosts, BASE), tmp_path / "v1.json", "--batches", "1,100%")
+    # The happy path: canary, then the other two (2 of 3 at once: more than the default
+    # --max-unavailable 25% allows); every host deployed and gated.
+    happy = rollout(write_fleet(tmp_path / "v1.py", hosts, BASE), tmp_path / "v1.json", "--batches", "1,100%",
+                    "--max-unavailable", "2")
     assert happy.returncode == 0, explain(happy, hosts)
     report = json.loads((tmp_path / "v1.json").read_text())
     assert report["outcome"] == "completed" and report["counts"] == {"done": 3}
@@ -103,3 +108,58 @@ def test_rollout_happy_path_halt_on_a_failing_gate_and_resume(lab_fleet, tmp_pat
         health = lab_host.ssh("python3 -c \"import urllib.request as u; print(u.urlopen('http://127.0.0.1:8000/health').status)\"")
         assert health.stdout.strip() == "200"
     assert served_state(third) != third_before
+
+
+HOOK = Path(__file__).with_name("rollout_hook.py")
+
+
+def invocation(lab_host) -> str:
+    return lab_host.ssh("systemctl show -p InvocationID --value vllm.service", check=True).stdout.strip()
+
+
+def test_a_serving_fleet_redeploys_without_restarts_and_rolls_a_release_with_drain(lab_fleet, tmp_path):
+    hosts = lab_fleet
+    names = [lab_host.name for lab_host in hosts]
+    inventory = write_fleet(tmp_path / "fleet.py", hosts, NEW)
+
+    # A plain re-deploy of the serving fleet (all hosts at once): nothing changes, nothing restarts.
+    # (After the test above the first run changes nothing either; run alone, it converges.)
+    assert run_pyinfra(inventory, MAIN_DEPLOY, cwd=REPO).ok
+    before = {lab_host.name: invocation(lab_host) for lab_host in hosts}
+    redeploy = run_pyinfra(inventory, MAIN_DEPLOY, cwd=REPO)
+    print(redeploy.stderr[-3000:])
+    assert redeploy.ok, redeploy.output[-4000:]
+    assert all(redeploy.changed_on(name) == [] for name in names), {name: redeploy.changed_on(name) for name in names}
+    assert {lab_host.name: invocation(lab_host) for lab_host in hosts} == before
+
+    # A new release of vLLM (the stand-in reinstalled): each host restarts, drained around it.
+    for lab_host in hosts:
+        install_standin(lab_host)
+    ssh = {lab_host.name: lab_host.ssh_argv("systemctl show -p InvocationID --value vllm.service") for lab_host in hosts}
+    (tmp_path / "ssh.json").write_text(json.dumps(ssh))
+    log = tmp_path / "lb.log"
+    hooks = {f"rollout_{action}_command": [sys.executable, str(HOOK), action, str(tmp_path / "ssh.json"), str(log)]
+             for action in ("drain", "undrain")}
+    drained = write_fleet(tmp_path / "drained.py", hosts, {**NEW, **hooks, "rollout_drain_timeout": 60})
+    result = rollout(drained, tmp_path / "drain.json", "--batches", "100%", "--max-unavailable", "2", "--gate", "ready")
+    print(result.stderr)
+    assert result.returncode == 0, explain(result, hosts)
+    report = json.loads((tmp_path / "drain.json").read_text())
+    assert [batch["hosts"] for batch in report["batches"]] == [names[:2], names[2:]]  # 2 of 3 at most
+    assert report["max_unavailable"] == "2"
+    for host in report["hosts"]:
+        assert [step for step, _ in host["timeline"]] == ["drain", "deploy", "gate", "undrain"], host
+        assert [check["name"] for check in host["drain"]] == ["drain", "idle", "undrain"]
+        assert all(check["passed"] for check in host["drain"]) and host["gate"]["passed"]
+        assert "(on the host)" in host["drain"][1]["detail"]
+    # The load balancer saw both hosts of batch 1 drained before either came back, and the
+    # third host only after them; each host ran another vllm.service after its drain.
+    lines = [line.split() for line in log.read_text().splitlines()]
+    steps = [(action, host) for action, host, _ in lines]
+    assert sorted(steps[:2]) == [("drain", names[0]), ("drain", names[1])]  # in parallel: any order
+    assert sorted(steps[2:4]) == [("undrain", names[0]), ("undrain", names[1])]
+    assert steps[4:] == [("drain", names[2]), ("undrain", names[2])]
+    runs = {(action, host): run for action, host, run in lines}
+    for lab_host in hosts:
+        name = lab_host.name
+        assert runs[("drain", name)] == before[name] != runs[("undrain", name)] == invocation(lab_host)

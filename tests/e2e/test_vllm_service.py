@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import time
 from pathlib import Path
 
@@ -30,7 +31,9 @@ BASE = {
     "vllm_ready_timeout": 120,
 }
 UNIT_PROPERTIES = ("ActiveState", "SubState", "MainPID", "ActiveEnterTimestampMonotonic", "NRestarts",
-                   "UnitFileState", "User", "ExecMainStartTimestampMonotonic")
+                   "UnitFileState", "User", "ExecMainStartTimestampMonotonic", "InvocationID")
+# What identifies one run of the service: a restart changes both.
+RUN_IDENTITY = ("InvocationID", "MainPID")
 
 
 @pytest.fixture(scope="module", params=["v2", "v1"])
@@ -89,14 +92,79 @@ def test_installed_enabled_active_ready_as_its_own_user(vllm_host, run_deploy):
     assert 0 <= planned - int(limit) < 4096
 
 
+def run_identity(lab_host) -> tuple[str, ...]:
+    state = show(lab_host)
+    return tuple(state[name] for name in RUN_IDENTITY)
+
+
+def cgroup_limit(lab_host) -> int:
+    """The running unit's memory limit as the kernel enforces it."""
+    if lab_host.cgroup == "v1":
+        return int(sh(lab_host, "cat /sys/fs/cgroup/memory/system.slice/vllm.service/memory.limit_in_bytes"))
+    return int(sh(lab_host, "cat /sys/fs/cgroup/system.slice/vllm.service/memory.max"))
+
+
 def test_rerun_changes_nothing_and_does_not_restart(vllm_host, run_deploy):
     converge(run_deploy, vllm_host)
     before = show(vllm_host)
     run = converge(run_deploy, vllm_host)
     assert run.changed_on(vllm_host.name) == []
     after = show(vllm_host)
-    assert (after["MainPID"], after["ActiveEnterTimestampMonotonic"]) == (
-        before["MainPID"], before["ActiveEnterTimestampMonotonic"])
+    assert [after[name] for name in (*RUN_IDENTITY, "ActiveEnterTimestampMonotonic")] == [
+        before[name] for name in (*RUN_IDENTITY, "ActiveEnterTimestampMonotonic")]
+
+
+def test_a_template_comment_change_rewrites_the_unit_and_restarts_nothing(vllm_host, run_deploy):
+    """As after an upgrade of hostkit whose template says something else in a comment."""
+    converge(run_deploy, vllm_host)
+    before = run_identity(vllm_host)
+    sh(vllm_host, "sed -i -e 's/^# Managed by vllm-hostkit;/# Managed by an older vllm-hostkit;/'"
+                  " -e '/^\\[Service\\]/a # a comment that the template no longer has' /etc/systemd/system/vllm.service")
+    assert "an older vllm-hostkit" in sh(vllm_host, "cat /etc/systemd/system/vllm.service")
+    run = converge(run_deploy, vllm_host)
+    assert run.changed_on(vllm_host.name) != []  # the unit file was rewritten
+    assert "older vllm-hostkit" not in sh(vllm_host, "cat /etc/systemd/system/vllm.service")
+    assert run_identity(vllm_host) == before
+    assert show(vllm_host)["ActiveState"] == "active" and probe(vllm_host).serves("lab-model")
+
+
+def test_a_memory_limit_change_applies_to_the_running_unit_without_restart(vllm_host, run_deploy):
+    """daemon-reload alone writes memory.max (v2) or memory.limit_in_bytes (v1) of the running unit."""
+    converge(run_deploy, vllm_host)
+    before, limit_before = run_identity(vllm_host), cgroup_limit(vllm_host)
+    run = converge(run_deploy, vllm_host, vllm_memory_max="700M", vllm_memory_high="600M")
+    assert "applied to the running unit, no restart" in run.output
+    assert cgroup_limit(vllm_host) == 700 * 2**20 != limit_before
+    if vllm_host.cgroup == "v2":
+        assert int(sh(vllm_host, "cat /sys/fs/cgroup/system.slice/vllm.service/memory.high")) == 600 * 2**20
+    assert run_identity(vllm_host) == before
+    converge(run_deploy, vllm_host)  # back to "auto", live as well
+    assert cgroup_limit(vllm_host) == limit_before and run_identity(vllm_host) == before
+
+
+NEVER_DISPATCHES = """#!/usr/bin/python3
+# A wrapper that serves at once and never reaches argparse's dispatch.
+import time
+time.sleep(3600)
+"""
+
+
+def test_a_vllm_whose_cli_never_dispatches_fails_within_its_deadline_and_releases_the_lock(vllm_host, run_deploy):
+    converge(run_deploy, vllm_host)
+    before = run_identity(vllm_host)
+    sh(vllm_host, f"mkdir -p /opt/wrapper/bin && printf '%s' {shlex.quote(NEVER_DISPATCHES)} > /opt/wrapper/bin/vllm"
+                  " && chmod 0755 /opt/wrapper/bin/vllm")
+    started = time.monotonic()
+    run = run_deploy(vllm_host, {**BASE, "vllm_command": "/opt/wrapper/bin/vllm", "vllm_parse_check_timeout": 10},
+                     deploy=DEPLOY)
+    elapsed = time.monotonic() - started
+    print(json.dumps({"host": vllm_host.name, "never_dispatching_deploy_s": round(elapsed, 1)}))
+    assert not run.ok
+    assert "did not end within 10s: its CLI never reached argparse's dispatch" in run.output
+    assert elapsed < 120, elapsed  # a whole deploy; the check itself stops at 10 s
+    assert sh(vllm_host, "ls /run/vllm-hostkit/deploy.lock 2>/dev/null; pgrep -f 'wrapper/bin/[v]llm'; true") == ""
+    assert run_identity(vllm_host) == before and probe(vllm_host).serves("lab-model")
+    assert converge(run_deploy, vllm_host).changed_on(vllm_host.name) == []  # the lock is free
 
 
 def test_one_flag_restarts_exactly_once(vllm_host, run_deploy):

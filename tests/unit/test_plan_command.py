@@ -31,7 +31,7 @@ def test_plan_from_recorded_facts_shows_every_decision():
     assert "swap      /mnt/nvme/vllm-hostkit.swap  16G  priority 10" in out
     assert "vm.max_map_count = 262144  vm.swappiness = 10" in out
     assert "thp       enabled = madvise  defrag = defer" in out
-    assert "MemoryMax=230.4G  MemoryHigh=218.9G  MemorySwapMax=8G  (cgroup v2)" in out
+    assert "MemoryMax=230G  MemoryHigh=218G  MemorySwapMax=8G  (cgroup v2)" in out
     assert (
         "command   /opt/vllm/bin/vllm serve Qwen/Qwen2.5-7B-Instruct --host 0.0.0.0 --port 8000 "
         "--served-model-name Qwen/Qwen2.5-7B-Instruct --gpu-memory-utilization 0.9 --max-num-seqs 61 "

@@ -264,17 +264,39 @@ def test_cache_stays_on_the_default_dir_without_nvme():
 def test_auto_memory_limits_by_hand():
     result = plan().vllm
     ram = 64 * GIB
-    memory_max = (ram - ram // 10) // MIB * MIB  # headroom 10% = 6.4G
-    assert result.memory_max_bytes == memory_max == 61847109632
-    memory_high = (memory_max - memory_max // 20) // MIB * MIB  # 5% below
-    assert result.memory_high_bytes == memory_high == 58753810432
+    memory_max = (ram - ram // 10) // GIB * GIB  # headroom 10% = 6.4G, then whole GiB down
+    assert result.memory_max_bytes == memory_max == 57 * GIB
+    memory_high = (memory_max - memory_max // 20) // GIB * GIB  # 5% below, whole GiB down
+    assert result.memory_high_bytes == memory_high == 54 * GIB
     assert result.memory_swap_max_bytes == 8 * GIB  # half the 16G swap file
 
 
 def test_small_hosts_keep_half_their_ram_up_to_2_gib():
     result = plan({"swap_dir": "/var/lib/swap", "swap_size": "1G"}, facts(ram_total_bytes=2 * GIB, filesystems=[ROOT_SSD])).vllm
     assert result.memory_max_bytes == 1 * GIB
-    assert result.memory_high_bytes == 921 * MIB  # 1024M minus a 10% gap (102.4M), rounded down to whole MiB
+    assert result.memory_high_bytes == 896 * MIB  # 1024M minus a 10% gap (102.4M), down to 128 MiB steps
+
+
+@pytest.mark.parametrize("drift", [-40 * MIB, -4 * MIB, 3 * MIB, 60 * MIB])
+def test_auto_limits_ignore_a_drift_of_memtotal(drift):
+    """A kernel update moves MemTotal by some MiB (it reserves a little more or less)."""
+    ram = int(503.6 * GIB)
+    before, after = (plan(host_facts=facts(ram_total_bytes=total)).vllm for total in (ram, ram + drift))
+    assert (after.memory_max_bytes, after.memory_high_bytes) == (before.memory_max_bytes, before.memory_high_bytes)
+    assert before.memory_max_bytes % GIB == 0
+
+
+def test_auto_swap_max_ignores_a_small_swap_resize():
+    small, resized = (plan({"swap_size": size}).vllm.memory_swap_max_bytes for size in ("16G", "17G"))
+    assert small == resized == 8 * GIB
+
+
+def test_small_auto_limits_move_in_128_mib_steps():
+    from hostkit.planner import auto_limit
+
+    assert auto_limit(8 * GIB - 1) == 8 * GIB - 128 * MIB
+    assert auto_limit(8 * GIB + 1000 * MIB) == 8 * GIB
+    assert auto_limit(1000 * MIB) == 896 * MIB
 
 
 def test_cgroup_v1_has_no_memory_high_or_swap_max():
@@ -287,7 +309,7 @@ def test_cgroup_v1_has_no_memory_high_or_swap_max():
 
 def test_explicit_memory_high_above_auto_max_is_refused():
     error = refused({"vllm_memory_high": "63G"})
-    assert "host gpu-a1: vllm_memory_high: 63G is above MemoryMax 57.6G" in str(error)
+    assert "host gpu-a1: vllm_memory_high: 63G is above MemoryMax 57G" in str(error)
 
 
 def test_warns_when_vllm_ram_estimate_exceeds_memory_max():

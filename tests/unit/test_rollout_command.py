@@ -10,6 +10,7 @@ from hostkit.profile import ProfileError
 from hostkit.pyinfra_runner import write_inventory
 from hostkit.rollout import fleet_rollout, rollout
 from hostkit.rollout.pyinfra_batch import BatchDeploy, HostDeploy
+from hostkit.rollout.report import GateResult
 
 GOOD = {"vllm_model": "Qwen/Qwen2.5-0.5B-Instruct", "gpu_required": False, "vllm_api_key": "k-123456"}
 
@@ -48,7 +49,8 @@ def test_the_command_refuses_bad_data_with_exit_2(inventory, tmp_path, monkeypat
     assert "no host was touched" in result.output and "vllm_port" in result.output
 
 
-@pytest.mark.parametrize(("option", "value"), [("--batches", "0,100%"), ("--max-failed", "x")])
+@pytest.mark.parametrize(("option", "value"), [("--batches", "0,100%"), ("--max-failed", "x"),
+                                               ("--max-unavailable", "0"), ("--max-unavailable", "150%")])
 def test_the_command_refuses_bad_options_with_exit_2(inventory, tmp_path, option, value):
     path = inventory(("a", GOOD))
     (tmp_path / "deploy.py").write_text("")
@@ -59,7 +61,8 @@ def test_the_command_refuses_bad_options_with_exit_2(inventory, tmp_path, option
 def test_dry_run_plans_all_batches_in_order_key_order_without_a_gate(inventory, tmp_path):
     path = inventory(("a", {**GOOD, "rollout_order": 3}), ("b", {**GOOD, "rollout_order": 1}), ("c", {**GOOD, "rollout_order": 2}))
     deployer, lines = Recorder(), []
-    report = rollout(path, "deploy.py", dry=True, order_key="rollout_order", batches="1,100%", deployer=deployer,
+    report = rollout(path, "deploy.py", dry=True, order_key="rollout_order", batches="1,100%", max_unavailable="100%",
+                     deployer=deployer,
                      gate_check=lambda names: pytest.fail("a dry run has no gate"), report_path=tmp_path / "r.json",
                      progress=lines.append)
     assert deployer.batches == [(["b"], True), (["c", "a"], True)]
@@ -73,3 +76,21 @@ def test_gate_none_runs_no_gate(inventory, tmp_path):
     report = rollout(path, "deploy.py", gate="none", deployer=Recorder(),
                      gate_check=lambda names: pytest.fail("--gate none"), report_path=tmp_path / "r.json")
     assert report.outcome == "completed" and all(host.gate is None for host in report.hosts)
+
+
+def test_a_drain_command_that_is_not_a_string_or_list_stops_the_rollout_before_any_host(inventory, tmp_path):
+    path = inventory(("a", GOOD), ("b", {**GOOD, "rollout_drain_command": {"run": "lb"}}))
+    deployer = Recorder()
+    with pytest.raises(ProfileError, match="host b: rollout_drain_command"):
+        rollout(path, "deploy.py", deployer=deployer, gate_check=lambda names: {}, report_path=tmp_path / "r.json")
+    assert deployer.batches == []
+
+
+def test_the_default_batches_take_a_quarter_of_a_models_hosts_at_most(inventory, tmp_path):
+    hosts = [(f"a{i}", GOOD) for i in range(8)] + [(f"b{i}", {**GOOD, "vllm_served_model_name": "other"}) for i in range(4)]
+    deployer = Recorder()
+    rollout(inventory(*hosts), "deploy.py", deployer=deployer, report_path=tmp_path / "r.json",
+            gate_check=lambda names: {name: GateResult.of([], 0) for name in names}, progress=lambda line: None)
+    for names, _ in deployer.batches:
+        assert sum(name.startswith("a") for name in names) <= 2 and sum(name.startswith("b") for name in names) <= 1
+    assert sorted(name for names, _ in deployer.batches for name in names) == sorted(name for name, _ in hosts)

@@ -11,6 +11,7 @@ import dataclasses
 import os
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -71,6 +72,7 @@ def converged(p: VllmPlan = PLAN, **changes) -> VllmServiceState:
         target=ServiceTarget.from_plan(p),
         user_uid=999,
         unit_sha256=ops.text_sha256(render_unit(p)),
+        unit_text=render_unit(p),
         env_sha256=ops.text_sha256(render_env(p)),
         env_stat=ops.ENV_FILE_STAT,
         env_dir_stat=ops.ENV_DIR_STAT,
@@ -302,27 +304,29 @@ def test_a_converged_host_needs_nothing():
 def test_a_fresh_host_needs_everything_but_a_reset():
     found = changes(FRESH)
     assert found == ops.ServiceChanges(create_user=True, fix_env_dir=True, write_env=True, install_unit=True,
-                                       daemon_reload=True, enable=True, restart=True)
+                                       daemon_reload=True, enable=True, restart=True,
+                                       restart_reasons=("not running",))
 
 
 def test_one_flag_changes_the_unit_and_restarts():
     found = changes(converged(), plan(argv=[*PLAN.argv, "--max-num-seqs", "64"]))
-    assert found == ops.ServiceChanges(install_unit=True, daemon_reload=True, restart=True)
+    assert found == ops.ServiceChanges(install_unit=True, daemon_reload=True, restart=True,
+                                       restart_reasons=("ExecStart=",))
 
 
 def test_a_new_key_rewrites_the_env_file_and_restarts_without_reload():
     found = changes(converged(), plan(api_key=SecretStr("rotated")))
-    assert found == ops.ServiceChanges(write_env=True, restart=True)
+    assert found == ops.ServiceChanges(write_env=True, restart=True, restart_reasons=("the environment file",))
 
 
 def test_a_stopped_unit_is_started():
     found = changes(converged(unit={**converged().unit, "ActiveState": "inactive"}))
-    assert found == ops.ServiceChanges(restart=True)
+    assert found == ops.ServiceChanges(restart=True, restart_reasons=("not running",))
 
 
 def test_a_failed_unit_is_reset_before_the_restart():
     found = changes(converged(unit={**converged().unit, "ActiveState": "failed"}))
-    assert found == ops.ServiceChanges(reset_failed=True, restart=True)
+    assert found == ops.ServiceChanges(reset_failed=True, restart=True, restart_reasons=("not running",))
 
 
 def test_wrong_env_permissions_are_fixed_without_restart():
@@ -333,6 +337,57 @@ def test_wrong_env_permissions_are_fixed_without_restart():
 def test_a_unit_changed_on_disk_but_not_loaded_is_reloaded():
     found = changes(converged(unit={**converged().unit, "NeedDaemonReload": "yes"}))
     assert found == ops.ServiceChanges(daemon_reload=True)
+
+
+def test_a_comment_change_rewrites_the_unit_without_restart():
+    installed = render_unit(PLAN).replace("# Managed by vllm-hostkit;", "# Managed by an older vllm-hostkit;")
+    found = changes(converged(unit_sha256=ops.text_sha256(installed), unit_text=installed))
+    assert found == ops.ServiceChanges(install_unit=True, daemon_reload=True)
+    assert found.describe() == "install unit, daemon reload"
+
+
+def test_a_new_release_in_the_inventory_alone_does_not_restart():
+    """plan.version only names the release in a comment; the host's binary decides what runs."""
+    found = changes(converged(), plan(version="0.32.0"))
+    assert found == ops.ServiceChanges(install_unit=True, daemon_reload=True)
+
+
+def test_a_replaced_vllm_binary_restarts():
+    found = changes(converged(command_changed_at=1_800_000_100, main_started_at=1_800_000_000))
+    assert found.restart and found.restart_reasons == ("/opt/vllm/bin/vllm replaced since start (a new release)",)
+    assert not changes(converged(command_changed_at=1_800_000_000, main_started_at=1_800_000_100))
+
+
+@pytest.mark.parametrize("limits", [
+    {"memory_max_bytes": 7 * 2**30},
+    {"memory_high_bytes": 4 * 2**30, "memory_swap_max_bytes": 0},
+    {"memory_high_bytes": None},
+])
+def test_memory_limits_change_live_without_restart(limits):
+    found = changes(converged(), plan(**limits))
+    assert found.install_unit and found.daemon_reload and not found.restart
+    assert found.live_limits and all(name.startswith("Memory") for name in found.live_limits)
+
+
+def test_cgroup_v1_memory_limit_changes_live():
+    v1 = plan(cgroup_version=1)
+    found = changes(converged(v1), plan(cgroup_version=1, memory_max_bytes=7 * 2**30))
+    assert (found.restart, found.live_limits) == (False, ("MemoryLimit=",))
+
+
+def test_a_limit_and_a_flag_together_restart_once_and_apply_nothing_live():
+    found = changes(converged(), plan(memory_max_bytes=7 * 2**30, argv=[*PLAN.argv, "--max-num-seqs", "64"]))
+    assert found.restart_reasons == ("ExecStart=",) and found.live_limits == ()
+
+
+def test_an_environment_directive_restarts():
+    found = changes(converged(), plan(env={**PLAN.env, "VLLM_LOGGING_LEVEL": "DEBUG"}))
+    assert found.restart_reasons == ("Environment=",)
+
+
+def test_an_unreadable_installed_unit_restarts():
+    found = changes(converged(unit_sha256="0" * 64, unit_text=None))
+    assert found.restart_reasons == ("the unit file",)
 
 
 # -- the operations ------------------------------------------------------------------------------
@@ -386,6 +441,16 @@ def test_only_a_flag_change_restarts_without_checks_of_the_env():
     assert steps(preparing) == ["install -d -m 0755 /run/vllm-hostkit/verify"]
     assert steps(installing)[-2:] == ["systemctl daemon-reload", "systemctl restart vllm.service"]
     assert not any(".vllm.env" in step for step in steps(installing))
+
+
+def test_a_memory_limit_change_reloads_without_restart_and_says_so():
+    fake = FakeHost(converged())
+    with ctx_host.use(fake):
+        commands = list(ops.vllm_service._inner(plan(memory_max_bytes=7 * 2**30)))
+    installing = commands[-1]
+    assert steps(installing)[-1] == "systemctl daemon-reload"
+    assert not any("restart" in step for step in steps(installing))
+    assert fake.logged == ["vllm.service: MemoryMax= applied to the running unit, no restart"]
 
 
 def test_bad_plan_is_refused_while_preparing():
@@ -551,8 +616,9 @@ def test_fact_command_matches_hashes_and_modes_to_their_files(tmp_path):
     stubs = {
         "id": "echo 999",
         "sha256sum": "echo 'abc  /etc/systemd/system/vllm.service'; echo 'no such file' >&2; exit 1",
-        "stat": "echo '/etc/vllm-hostkit 700 root root'; exit 1",
-        "systemctl": r"printf 'ActiveState=active\nControlGroup=/hostkit-test-none\nDropInPaths=/a\\x2db.conf\n'",
+        "stat": "case $* in *%Z*) echo 1800000100 ;; *) echo '/etc/vllm-hostkit 700 root root'; exit 1 ;; esac",
+        "systemctl": "case $* in *--timestamp=unix*) echo @1800000000 ;; *) printf 'ActiveState=active\\n"
+                     r"ControlGroup=/hostkit-test-none\nDropInPaths=/a\\x2db.conf\n' ;; esac",
     }
     for name, body in stubs.items():
         (tmp_path / name).write_text(f"#!/bin/sh\n{body}\n")
@@ -561,11 +627,19 @@ def test_fact_command_matches_hashes_and_modes_to_their_files(tmp_path):
                             text=True, timeout=60, env={"PATH": str(tmp_path)})
     assert result.stdout.splitlines()[1:] == [
         "uid=999", "unit_sha256=abc", "env_sha256=", "env_stat=", "env_dir_stat=700 root root",
+        "command_ctime=1800000100", "main_start=@1800000000",
         "unit.ActiveState=active", "unit.ControlGroup=/hostkit-test-none", r"unit.DropInPaths=/a\x2db.conf",
     ]
     state = VllmServiceFact().process(result.stdout.splitlines())
     assert (state.unit_sha256, state.env_sha256, state.env_stat) == ("abc", None, None)
     assert state.env_dir_stat == FileStat("700", "root", "root") and state.probe is None
+    assert (state.command_changed_at, state.main_started_at, state.release_replaced) == (1800000100, 1800000000, True)
+
+
+def test_fact_decodes_the_installed_unit():
+    state = VllmServiceFact().process(["unit_text=IyB1bml0CltTZXJ2aWNlXQo=", "unit.ActiveState=active"])
+    assert state.unit_text == "# unit\n[Service]\n"
+    assert VllmServiceFact().process(["unit_text=%%%"]).unit_text is None
 
 
 def test_fact_follows_the_profile():
@@ -623,6 +697,19 @@ def test_parse_check_command_cannot_check_a_non_python_command(tmp_path):
     p = plan(user="root", argv=[str(script), "serve", "m"])
     result = subprocess.run(["sh", "-c", ops.parse_check_command(p)], capture_output=True, text=True, timeout=60)
     assert ops._exit_status(result.stderr.splitlines()) == 4
+
+
+@needs_root
+def test_parse_check_of_a_cli_that_never_dispatches_ends_at_its_deadline(tmp_path):
+    """A Python `vllm` that serves at once (as a wrapper might) never reaches argparse."""
+    script = tmp_path / "vllm"
+    script.write_text("#!/usr/bin/python3\nimport time\ntime.sleep(3600)\n")
+    script.chmod(0o755)
+    p = plan(user="root", argv=[str(script), "serve", "m"], parse_check_timeout_s=2)
+    started = time.monotonic()
+    result = subprocess.run(["sh", "-c", ops.parse_check_command(p)], capture_output=True, text=True, timeout=60)
+    assert time.monotonic() - started < 10
+    assert result.returncode == 124 and ops._exit_status(result.stderr.splitlines()) in ops._TIMED_OUT
 
 
 def recorded(name: str) -> VllmServiceState:

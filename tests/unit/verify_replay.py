@@ -33,6 +33,10 @@ LAB_DATA = {
     "vllm_max_model_len": 4096,
     "vllm_ready_timeout": 180,
     "vllm_api_key": SECRET,
+    # What "auto" planned for this host when it was recorded (in MiB steps; GiB steps since).
+    "vllm_memory_max": "989M",
+    "vllm_memory_high": "890M",
+    "vllm_memory_swap_max": "512M",
 }
 
 
