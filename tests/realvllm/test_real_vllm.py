@@ -93,7 +93,9 @@ def startup_excerpt(log: str) -> list[str]:
     keep = re.compile(r"non-default args|Initializing a V1 LLM engine|Resolved architecture|max model len"
                       r"|Enforce eager|KV cache|Maximum concurrency|init engine|Starting vLLM server|Supported tasks"
                       r"|Started server process|Application startup complete|Loading weights took")
-    return [line for line in log.splitlines() if keep.search(line)]
+    lines = log.splitlines()
+    ready = next((i for i, line in enumerate(lines) if "Application startup complete" in line), len(lines) - 1)
+    return [line for line in lines[:ready + 1] if keep.search(line)]
 
 
 def metric_names(text: str) -> list[str]:

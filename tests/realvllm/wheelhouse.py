@@ -126,7 +126,8 @@ def wheelhouse(lock_file: Path = LOCK_FILE, root: Path | None = None) -> Built:
         log = root / f"wheelhouse-{key}.log"
         log.write_text("")
         started = time.monotonic()
-        _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--progress-bar", "off",
+        # --no-cache-dir: the wheelhouse is the cache; pip's own would hold the same 900 MB again.
+        _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-cache-dir", "--progress-bar", "off",
               "--requirement", str(lock_file), "--wheel-dir", str(tmp)],
              WHEELHOUSE_TIMEOUT_S, "building the real-vLLM wheelhouse", log)
         seconds = time.monotonic() - started
