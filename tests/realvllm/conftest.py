@@ -29,9 +29,10 @@ VERSION = "0.32.0"
 SERVED_NAME = "tiny"
 # Natively 33-70 s (field notes, and this suite's runs); under a loaded CI machine more.
 START_TIMEOUT_S = float(os.environ.get("HOSTKIT_REALVLLM_START_TIMEOUT_S", "400"))
-# bf16 would pick vLLM's AMX attention kernel: this machine's CPU lists amx_tile but the
-# kernel dies with SIGILL on the first request (the worker exits, the engine is dead), so the
-# tiny model's bf16 weights are served as float32, whose kernel is AVX-512.
+# bf16 picks vLLM 0.32's AMX attention kernel where the CPU has AMX (this machine's does), and
+# the worker dies of SIGILL on the first request: nothing in it asks Linux for the AMX tile
+# state first (with torch.cpu._init_amx() called beforehand, bf16 serves; measured
+# 2026-12-01). float32 takes the AVX-512 kernel.
 DTYPE = "float32"
 
 
