@@ -129,7 +129,7 @@ class Proc:
         return self.cmdline.split(" ", 1)[0] if self.cmdline.startswith("VLLM::") else self.comm
 
 
-def _proc(pid: int) -> Proc | None:
+def proc(pid: int) -> Proc | None:
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
@@ -143,8 +143,8 @@ def _proc(pid: int) -> Proc | None:
 
 
 def _all() -> list[Proc]:
-    procs = (_proc(int(name)) for name in os.listdir("/proc") if name.isdigit())
-    return [proc for proc in procs if proc is not None]
+    found = (proc(int(name)) for name in os.listdir("/proc") if name.isdigit())
+    return [each for each in found if each is not None]
 
 
 def descendants(pid: int) -> list[Proc]:
@@ -176,4 +176,5 @@ def session_pids(session: int) -> list[int]:
 
 
 def describe(pids: list[int]) -> list[str]:
-    return [f"{proc.pid} {proc.title}" for proc in (_proc(pid) for pid in pids) if proc is not None]
+    found = (proc(pid) for pid in pids)
+    return [f"{each.pid} {each.title}" for each in found if each is not None]

@@ -35,7 +35,7 @@ def _rss_mb(pid: int) -> int | None:
 
 
 def test_three_processes_api_server_engine_core_and_worker(real_vllm):
-    api = srv._proc(real_vllm.process.pid)
+    api = srv.proc(real_vllm.process.pid)
     tree = srv.descendants(real_vllm.process.pid)
     titles = [proc.title for proc in tree]
     record("processes", {"api_server": {"comm": api.comm, "cmdline": api.cmdline[:120], "rss_mb": _rss_mb(api.pid)},

