@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 from hostkit import model_catalog
 from hostkit.model_catalog import ModelConfigError, ModelSpec
-from hostkit.planning_facts import FilesystemFact, NvmeDeviceFact, PlanningFacts
+from hostkit.planning_facts import FilesystemFact, GpuFact, NvmeDeviceFact, PlanningFacts
 from hostkit.plans import SWAP_FILE_NAME, HostPlan, KernelPlan, NvmePlan, SwapPlan, VllmPlan, VllmSizing
 from hostkit.profile import HostProfile, mask
 from hostkit.sizes import GIB, MIB, format_size
@@ -68,6 +68,9 @@ class PlanIssue:
     host: str
     key: str
     reason: str
+    # The host's present state stands in the way, not the data (another process holds its
+    # GPUs): the deploy fails that host alone at execute time instead of stopping the run.
+    host_state: bool = False
 
     def __str__(self) -> str:
         return f"host {self.host}: {self.key}: {self.reason}"
@@ -78,6 +81,10 @@ class PlanError(Exception):
         self.issues = list(issues)
         super().__init__("\n".join(str(issue) for issue in self.issues))
 
+    @property
+    def host_state_only(self) -> bool:
+        return all(issue.host_state for issue in self.issues)
+
 
 @dataclass
 class _Findings:
@@ -86,8 +93,8 @@ class _Findings:
     warnings: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
-    def refuse(self, key: str, reason: str) -> None:
-        self.issues.append(PlanIssue(self.host, key, reason))
+    def refuse(self, key: str, reason: str, host_state: bool = False) -> None:
+        self.issues.append(PlanIssue(self.host, key, reason, host_state))
 
 
 def plan_host(profile: HostProfile, facts: PlanningFacts, host_name: str = "this host") -> HostPlan:
@@ -404,14 +411,16 @@ def _size_gpu(p: HostProfile, facts: PlanningFacts, spec: ModelSpec | None, tp: 
     utilization = p.vllm_gpu_memory_utilization or flag_set.default("--gpu-memory-utilization")
     used_gpus = sorted(facts.gpus, key=lambda g: g.index)[:tp]
     for gpu in used_gpus:
-        total, free = gpu.memory_total_mib * MIB, (gpu.memory_total_mib - gpu.memory_used_mib) * MIB
+        # hostkit's own serving vLLM frees its memory when it restarts: only others' counts.
+        total, free = gpu.memory_total_mib * MIB, (gpu.memory_total_mib - gpu.memory_others_mib) * MIB
         if free < total * utilization:
             fits = int(free / total * 100) / 100
             found.refuse(
                 "vllm_gpu_memory_utilization",
                 f"GPU {gpu.index} has {format_size(free)} free, but {utilization} x {format_size(total)} = "
                 f"{format_size(int(total * utilization))} must be free at start-up; vLLM refuses to start. "
-                f"Lower it to {fits} or stop what uses the GPU",
+                f"{_gpu_holders(gpu)}. Lower it to {fits} or stop what uses the GPU",
+                host_state=True,
             )
     if spec is None:
         return None
@@ -456,6 +465,18 @@ def _size_gpu(p: HostProfile, facts: PlanningFacts, spec: ModelSpec | None, tp: 
         max_model_len=max_model_len,
         max_concurrent_at_max_model_len=concurrent,
     )
+
+
+def _gpu_holders(gpu: GpuFact) -> str:
+    """Who holds the memory that is not the vLLM unit's, for the refusal."""
+    if gpu.processes_unknown:
+        return f"Held by processes unknown ({gpu.processes_unknown.splitlines()[0]})"
+    held = ", ".join(
+        f"pid {p.pid} ({p.name or 'not visible in /proc'}) {'?' if p.used_mib is None else format_size(p.used_mib * MIB)}"
+        for p in sorted(gpu.other_processes, key=lambda p: -(p.used_mib or 0))
+    )
+    own = f"; the vLLM unit's {format_size(gpu.memory_vllm_mib * MIB)} not counted" if gpu.memory_vllm_mib else ""
+    return f"Held outside the vLLM unit: {held or 'no process listed (driver or another container)'}{own}"
 
 
 def _check_host_ram(p: HostProfile, tp: int, memory_max: int | None, facts: PlanningFacts, found: _Findings) -> None:
