@@ -13,6 +13,7 @@ from typing import Any
 
 from pyinfra.api import FactBase
 
+from hostkit.facts.deadline import DEADLINE_FUNCTION, SYSTEMCTL_S, TIMED_OUT, timed_out_lines
 from hostkit.plans import VLLM_ENV_FILE, VLLM_UNIT, VllmPlan
 from hostkit.readiness import Probe, probe_command
 from hostkit.vllm_unit import ENV_DIR, UNIT_PATH
@@ -71,6 +72,7 @@ class VllmServiceState:
     memory_peak_bytes: int | None = None
     oom_kills: int | None = None
     probe: Probe | None = None
+    timeouts: tuple[str, ...] = ()  # "WHAT timed out after N s": the unit state is then unknown
 
     @property
     def active_state(self) -> str:
@@ -148,10 +150,13 @@ class VllmServiceFact(FactBase):
             "$hk_stats",
             "EOF",
             "printf '%s\\n' \"unit_sha256=$unit_sha256\" \"env_sha256=$env_sha256\" \"env_stat=$env_stat\" \"env_dir_stat=$env_dir_stat\"",
-            f"hk_show=$(systemctl show {VLLM_UNIT} {properties} 2>/dev/null)",
+            DEADLINE_FUNCTION,
+            f"hk_show=$(hk_deadline {SYSTEMCTL_S} 'systemctl show {VLLM_UNIT}' systemctl show {VLLM_UNIT} {properties}"
+            " 2>/dev/null)",
             "cg=",
             "while IFS= read -r hk_line; do",
             "  [ -n \"$hk_line\" ] || continue",
+            f"  case $hk_line in {TIMED_OUT}*) printf '%s\\n' \"$hk_line\"; continue ;; esac",
             "  printf 'unit.%s\\n' \"$hk_line\"",
             "  case $hk_line in ControlGroup=*) cg=${hk_line#ControlGroup=} ;; esac",
             "done <<EOF",
@@ -200,6 +205,7 @@ class VllmServiceFact(FactBase):
             memory_peak_bytes=_int(cgroup.get("memory.peak") or cgroup.get("memory.max_usage_in_bytes")),
             oom_kills=_int(cgroup.get("oom_kill")),
             probe=Probe.parse(values["probe"]) if values.get("probe") else None,
+            timeouts=timed_out_lines(output),
         )
 
 
