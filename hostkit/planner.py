@@ -285,6 +285,7 @@ def _plan_vllm(
         argv=_argv(p, spec, sizing, found),
         env=env,
         api_key=p.vllm_api_key,
+        hf_token=p.vllm_hf_token,
         memory_max_bytes=memory_max,
         memory_high_bytes=memory_high,
         memory_swap_max_bytes=memory_swap_max,
