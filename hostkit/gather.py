@@ -30,6 +30,7 @@ def gpu_fact(gpu: GpuDevice, facts: GpuFacts, unit_cgroup: str = VLLM_UNIT_CGROU
 
 def planning_facts(snap: HostSnapshot) -> PlanningFacts:
     system, storage, gpu = snap.system, snap.storage, snap.gpu
+    kernel = getattr(snap, "kernel", None)  # None in snapshots built of fewer sections (tests)
     nvme_disks = [d for d in storage.block_devices if d.type == "disk" and d.on_nvme]
     fstab_by_uuid = {e.spec[len("UUID="):]: e.file for e in storage.fstab if e.spec.startswith("UUID=")}
     nvme_devices = []
@@ -55,6 +56,8 @@ def planning_facts(snap: HostSnapshot) -> PlanningFacts:
         cpu_count=system.cpu_count,
         cgroup_version=system.cgroup_version,
         systemd_version=system.systemd_version or None,
+        kernel_release=system.kernel or None,
+        sysctl_live=dict(kernel.live) if kernel is not None else {},
         filesystems=[
             FilesystemFact(mountpoint=fs.mountpoint, device=fs.source, fstype=fs.fstype, on_nvme=fs.on_nvme,
                            size_bytes=fs.size_bytes, avail_bytes=fs.avail_bytes)

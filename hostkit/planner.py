@@ -27,7 +27,7 @@ from __future__ import annotations
 import posixpath
 from dataclasses import dataclass, field
 
-from hostkit import model_catalog
+from hostkit import model_catalog, sysctl_values
 from hostkit.model_catalog import ModelConfigError, ModelSpec
 from hostkit.planning_facts import FilesystemFact, GpuFact, NvmeDeviceFact, PlanningFacts
 from hostkit.plans import SWAP_FILE_NAME, HostPlan, KernelPlan, NvmePlan, SwapPlan, VllmPlan, VllmSizing
@@ -108,6 +108,10 @@ def plan_host(profile: HostProfile, facts: PlanningFacts, host_name: str = "this
         thp_enabled=profile.thp_enabled,
         thp_defrag=profile.thp_defrag,
     )
+    for key, value in profile.sysctl.items():
+        problem = sysctl_values.value_problem(key, value, facts.kernel_release, facts.sysctl_live)
+        if problem:
+            found.refuse(f"sysctl[{key!r}]", problem)
     vllm = _plan_vllm(profile, facts, nvme, swap, found)
     if found.issues:
         raise PlanError(found.issues)

@@ -75,6 +75,9 @@ class PlanningFacts(_Facts):
     cpu_count: int
     cgroup_version: int  # 1 or 2
     systemd_version: int | None = None
+    kernel_release: str | None = None  # uname -r
+    # The live value of each /proc/sys path the snapshot read (the profile's sysctl keys), None: no such key.
+    sysctl_live: dict[str, str | None] = Field(default_factory=dict)
     filesystems: list[FilesystemFact] = Field(default_factory=list)
     nvme_devices: list[NvmeDeviceFact] = Field(default_factory=list)
     swaps: list[SwapFact] = Field(default_factory=list)
