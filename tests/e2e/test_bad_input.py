@@ -203,3 +203,8 @@ def test_bad_input_is_refused_naming_host_and_key(campaign, case):
         f"the host changed by the end of {case.id} (running beside it: {campaign.beside(case.id) or 'none'}):\n"
         f"before:\n{campaign.before}\nafter:\n{outcome.digest_after}"
     )
+
+
+def test_the_host_is_unchanged_after_each_case(campaign):
+    changed = [case_id for case_id, outcome in campaign.outcomes.items() if outcome.digest_after != campaign.before]
+    assert not changed, f"the host's state digest differed after: {', '.join(changed)}"
