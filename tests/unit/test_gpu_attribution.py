@@ -221,3 +221,13 @@ def test_a_snapshot_command_past_its_deadline_fails_its_host(monkeypatch, caplog
     )
     assert failed == {"stuck"} and reached == ["after"]
     assert "vllm: systemctl show vllm.service timed out after 20 s" in caplog.text
+
+
+def test_the_real_deploy_failed_the_busy_host_at_execute_naming_the_pid():
+    """The recorded pyinfra run on the H200 (fixtures/gpu/h200-serving/pyinfra-deploy.txt)."""
+    text = (RUN / "pyinfra-deploy.txt").read_text()
+    dry, busy = text.split("=== holder outside")
+    assert "0::/system.slice/vllm.service" in dry and "Ready: deploys/vllm_host.py" in dry and "exit status: 0" in dry
+    assert "Beginning operation run" in busy and "Check the GPUs are free for vLLM" in busy
+    assert "Held outside the vLLM unit: pid 456 (python3) 120.7G" in busy and "exit status: 1" in busy
+    assert "Take the deploy lock" not in busy and "cannot access '/run/vllm-hostkit'" in busy
