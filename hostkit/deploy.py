@@ -33,20 +33,37 @@ def inventory_profiles() -> dict[str, HostProfile]:
     return profiles
 
 
-def current_plan() -> tuple[HostProfile, HostPlan]:
+def plan_or_refusal() -> tuple[HostProfile, HostPlan | None, PlanError | None]:
+    """The host's plan; or None and the error when only the host's present state stands in
+    the way (its GPUs held by another process), which fails this host alone at execute."""
     profile = inventory_profiles()[host.name]
     try:
         plan = plan_host(profile, planning_facts(snapshot(host, profile)), host_name=host.name)
     except PlanError as error:
+        if error.host_state_only:
+            return profile, None, error
         raise PyinfraError(f"cannot plan this host, nothing was changed on any host:\n{error}") from None
     for warning in plan.warnings:
         logger.warning(f"[{host.name}] {warning}")
+    return profile, plan, None
+
+
+def current_plan() -> tuple[HostProfile, HostPlan]:
+    """The host's plan; any PlanError stops the run at prepare."""
+    profile, plan, refused = plan_or_refusal()
+    if refused is not None:
+        raise PyinfraError(f"cannot plan this host, nothing was changed on any host:\n{refused}")
     return profile, plan
 
 
 @deploy("vLLM host")
 def vllm_host() -> None:
-    profile, plan = current_plan()
+    profile, plan, refused = plan_or_refusal()
+    # Read-only checks first: a host that fails one is left exactly as it was.
+    gpu.snapshot_finished(name="Check the host's facts were read in time", profile=profile)
+    if plan is None:
+        gpu.refuse_host(name="Check the GPUs are free for vLLM", reasons=[issue.reason for issue in refused.issues])
+        return
     lock.acquire_deploy_lock(name="Take the deploy lock", stale_after_s=lock.STALE_AFTER_S + profile.vllm_ready_timeout)
     # The GPU check comes first: nothing is (re)started on a host whose driver is broken.
     gpu.verify_gpu(name="Check the GPU driver", profile=profile)

@@ -4,13 +4,34 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from hostkit.facts.gpu import GpuDevice, GpuFacts
 from hostkit.facts.snapshot import HostSnapshot, snapshot
-from hostkit.planning_facts import FilesystemFact, GpuFact, NvmeDeviceFact, PlanningFacts, SwapFact
+from hostkit.planning_facts import FilesystemFact, GpuFact, GpuProcessFact, NvmeDeviceFact, PlanningFacts, SwapFact
+from hostkit.plans import VLLM_UNIT
+
+# Where systemd puts the unit's processes; hostkit's unit is a system service.
+VLLM_UNIT_CGROUP = f"/system.slice/{VLLM_UNIT}"
+
+
+def gpu_fact(gpu: GpuDevice, facts: GpuFacts, unit_cgroup: str = VLLM_UNIT_CGROUP) -> GpuFact:
+    """One GPU's memory, split into the vLLM unit's and everyone else's by each holder's cgroup."""
+    held = [p for p in facts.processes if p.gpu_uuid == gpu.uuid]
+    own = [p for p in held if p.in_cgroup(unit_cgroup)]
+    return GpuFact(
+        index=gpu.index,
+        name=gpu.name,
+        memory_total_mib=gpu.memory_total_mib or 0,
+        memory_used_mib=gpu.memory_used_mib or 0,
+        memory_vllm_mib=0 if facts.processes_error else sum(p.used_mib or 0 for p in own),
+        other_processes=[GpuProcessFact(pid=p.pid, name=p.name, used_mib=p.used_mib) for p in held if p not in own],
+        processes_unknown=facts.processes_error,
+    )
 
 
 def planning_facts(snap: HostSnapshot) -> PlanningFacts:
     system, storage, gpu = snap.system, snap.storage, snap.gpu
     platform = getattr(snap, "platform", None)  # snapshots recorded before the section had none
+    kernel = getattr(snap, "kernel", None)  # None in snapshots built of fewer sections (tests)
     nvme_disks = [d for d in storage.block_devices if d.type == "disk" and d.on_nvme]
     fstab_by_uuid = {e.spec[len("UUID="):]: e.file for e in storage.fstab if e.spec.startswith("UUID=")}
     nvme_devices = []
@@ -36,6 +57,8 @@ def planning_facts(snap: HostSnapshot) -> PlanningFacts:
         cpu_count=system.cpu_count,
         cgroup_version=system.cgroup_version,
         systemd_version=system.systemd_version or None,
+        kernel_release=system.kernel or None,
+        sysctl_live=dict(kernel.live) if kernel is not None else {},
         filesystems=[
             FilesystemFact(mountpoint=fs.mountpoint, device=fs.source, fstype=fs.fstype, on_nvme=fs.on_nvme,
                            size_bytes=fs.size_bytes, avail_bytes=fs.avail_bytes)
@@ -44,8 +67,7 @@ def planning_facts(snap: HostSnapshot) -> PlanningFacts:
         nvme_devices=nvme_devices,
         swaps=[SwapFact(path=s.path, size_bytes=s.size_bytes, used_bytes=s.used_bytes, priority=s.priority)
                for s in storage.swaps],
-        gpus=[GpuFact(index=g.index, name=g.name, memory_total_mib=g.memory_total_mib or 0,
-                      memory_used_mib=g.memory_used_mib or 0) for g in gpu.gpus],
+        gpus=[gpu_fact(g, gpu) for g in gpu.gpus],
         platform=None if platform is None else platform.model_copy(
             update={"lsblk_without_path": storage.lsblk_without_path}),
     )

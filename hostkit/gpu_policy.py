@@ -20,6 +20,49 @@ REQUIRED_MODULES = ("nvidia", "nvidia_uvm")
 
 
 @dataclass(frozen=True)
+class XidRule:
+    fatal: bool  # fails the host; else a warning
+    nvidia_action: str  # the catalog's "Resolution Bucket (Immediate Action)"
+    meaning: str
+
+
+# NVIDIA's Xid catalog for Ampere and newer GPUs (docs.nvidia.com/deploy/xid-errors/
+# analyzing-xid-catalog.html). Fatal: the catalog's immediate action resets the GPU or
+# reboots the machine (RESET_GPU, RESTART_BM, or a workflow whose text says "a GPU reset or
+# node reboot is needed"): vLLM cannot be trusted on that GPU until then. Warning: the
+# catalog blames the application or asks for nothing (RESTART_APP, IGNORE), which is what a
+# crashed or killed vLLM leaves behind. A code in neither list fails the host unless it is
+# in gpu_tolerated_xids, as does a fatal code: list one there after resetting the GPU
+# without a reboot, since the kernel log keeps the line until the next boot.
+XID_RULES: dict[int, XidRule] = {
+    13: XidRule(False, "RESTART_APP", "graphics engine exception: an application fault, e.g. out of bounds"),
+    31: XidRule(False, "RESTART_APP", "GPU memory page fault: an illegal address from an application"),
+    43: XidRule(False, "IGNORE", "an application hit a software fault and stopped; the GPU stays healthy"),
+    45: XidRule(False, "WORKFLOW_XID_45", "preemptive cleanup: an application was aborted (Ctrl-C, kill, GPU reset)"),
+    63: XidRule(False, "IGNORE", "row remapping event (a pending remap is checked on its own)"),
+    92: XidRule(False, "IGNORE", "high single-bit ECC error rate (corrected)"),
+    94: XidRule(False, "RESTART_APP", "contained memory error: one application stopped; reset the GPU when convenient"),
+    154: XidRule(False, "XID_154", "GPU recovery action changed: names the action another Xid needs"),
+    46: XidRule(True, "RESET_GPU", "GPU stopped processing"),
+    48: XidRule(True, "WORKFLOW_XID_48", "double-bit ECC error: a GPU reset or node reboot is needed"),
+    62: XidRule(True, "RESET_GPU", "internal micro-controller halt"),
+    64: XidRule(True, "RESET_GPU", "GPU memory remapping failure"),
+    74: XidRule(True, "WORKFLOW_NVLINK_ERR", "NVLink error: a GPU reset or node reboot is needed"),
+    79: XidRule(True, "RESTART_BM", "GPU has fallen off the bus"),
+    95: XidRule(True, "RESET_GPU", "uncontained memory error"),
+    109: XidRule(True, "RESET_GPU", "context switch timeout"),
+    110: XidRule(True, "RESET_GPU", "security fault"),
+    119: XidRule(True, "RESET_GPU", "GSP RPC timeout"),
+    120: XidRule(True, "RESET_GPU", "GSP error"),
+    136: XidRule(True, "RESET_GPU", "NVLink link training failed"),
+    140: XidRule(True, "RESET_GPU", "ECC unrecovered error"),
+    143: XidRule(True, "RESET_GPU", "GPU initialization error"),
+    156: XidRule(True, "RESET_GPU", "resource retirement event"),
+    158: XidRule(True, "RESET_GPU", "GPU fatal timeout"),
+}
+
+
+@dataclass(frozen=True)
 class GpuPolicy:
     """The `gpu_*` keys of the host profile.
 
@@ -241,17 +284,31 @@ def _per_gpu_checks(policy: GpuPolicy, facts: GpuFacts) -> list[CheckFailure]:
     return failures
 
 
-def _xid_checks(policy: GpuPolicy, facts: GpuFacts) -> list[CheckFailure]:
+def _xid_counts(policy: GpuPolicy, facts: GpuFacts) -> tuple[Counter, Counter]:
+    """(codes that fail the host, codes that warn), each with its count; tolerated ones dropped."""
     counts = Counter(event.code for event in facts.xids if event.code not in policy.tolerated_xids)
-    if not counts:
+    failing = Counter({code: n for code, n in counts.items() if code not in XID_RULES or XID_RULES[code].fatal})
+    return failing, counts - failing
+
+
+def _xid_label(code: int, count: int) -> str:
+    rule = XID_RULES.get(code)
+    about = f" ({rule.meaning}; NVIDIA: {rule.nvidia_action})" if rule else " (not in hostkit's table)"
+    return f"Xid {code} x{count}{about}"
+
+
+def _xid_checks(policy: GpuPolicy, facts: GpuFacts) -> list[CheckFailure]:
+    failing, _ = _xid_counts(policy, facts)
+    if not failing:
         return []
     tolerated = sorted(policy.tolerated_xids)
     return [
         CheckFailure(
             "Xid errors since boot",
-            "none" + (f" other than {tolerated}" if tolerated else ""),
-            ", ".join(f"Xid {code} x{count}" for code, count in sorted(counts.items())),
-            "look the codes up in NVIDIA's Xid catalogue; add harmless ones to gpu_tolerated_xids",
+            "no fatal or unknown Xid" + (f" other than {tolerated}" if tolerated else ""),
+            ", ".join(_xid_label(code, count) for code, count in sorted(failing.items())),
+            "drain the host; reset the GPU or reboot as NVIDIA's action says (after a reset without a reboot,"
+            " add the code to gpu_tolerated_xids); replace the GPU if it recurs",
         )
     ]
 
@@ -278,8 +335,14 @@ def _fabricmanager_checks(facts: GpuFacts) -> list[CheckFailure]:
     ]
 
 
-def _warnings(facts: GpuFacts) -> list[str]:
-    warnings = []
+def _warnings(policy: GpuPolicy, facts: GpuFacts) -> list[str]:
+    warnings = list(facts.timeouts)
+    _, application = _xid_counts(policy, facts)
+    if application:
+        warnings.append(
+            "Xid since boot that NVIDIA puts down to an application or needs no action: "
+            + ", ".join(_xid_label(code, count) for code, count in sorted(application.items()))
+        )
     if not facts.xid_log_readable:
         warnings.append("kernel log unreadable (journalctl -k -b and dmesg): Xid errors unknown")
     elif facts.xid_total > len(facts.xids):
@@ -306,7 +369,7 @@ def _passing_summary(facts: GpuFacts) -> str:
         xid = "Xid unknown"
     elif facts.xids:
         codes = sorted({event.code for event in facts.xids})
-        xid = "only tolerated Xid " + ", ".join(map(str, codes))
+        xid = "only tolerated or warning Xid " + ", ".join(map(str, codes))
     else:
         xid = "no Xid since boot"
     driver = facts.nvml_version or facts.module_version
@@ -343,7 +406,7 @@ def evaluate(policy: GpuPolicy, facts: GpuFacts) -> GpuVerdict:
     failures += _xid_checks(policy, facts)
     failures += _fabricmanager_checks(facts)
 
-    warnings = tuple(_warnings(facts))
+    warnings = tuple(_warnings(policy, facts))
     if failures:
         checks = ", ".join(failure.check for failure in failures)
         return GpuVerdict(

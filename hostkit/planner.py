@@ -33,9 +33,9 @@ from __future__ import annotations
 import posixpath
 from dataclasses import dataclass, field
 
-from hostkit import model_catalog, vllm_memory
+from hostkit import model_catalog, sysctl_values, vllm_memory
 from hostkit.model_catalog import ModelConfigError, ModelSpec
-from hostkit.planning_facts import FilesystemFact, NvmeDeviceFact, PlanningFacts
+from hostkit.planning_facts import FilesystemFact, GpuFact, NvmeDeviceFact, PlanningFacts
 from hostkit.platform_findings import platform_findings
 from hostkit.plans import (
     SWAP_FILE_NAME,
@@ -86,6 +86,9 @@ class PlanIssue:
     host: str
     key: str
     reason: str
+    # The host's present state stands in the way, not the data (another process holds its
+    # GPUs): the deploy fails that host alone at execute time instead of stopping the run.
+    host_state: bool = False
 
     def __str__(self) -> str:
         return f"host {self.host}: {self.key}: {self.reason}"
@@ -96,6 +99,10 @@ class PlanError(Exception):
         self.issues = list(issues)
         super().__init__("\n".join(str(issue) for issue in self.issues))
 
+    @property
+    def host_state_only(self) -> bool:
+        return all(issue.host_state for issue in self.issues)
+
 
 @dataclass
 class _Findings:
@@ -104,8 +111,8 @@ class _Findings:
     warnings: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
-    def refuse(self, key: str, reason: str) -> None:
-        self.issues.append(PlanIssue(self.host, key, reason))
+    def refuse(self, key: str, reason: str, host_state: bool = False) -> None:
+        self.issues.append(PlanIssue(self.host, key, reason, host_state))
 
 
 def plan_host(profile: HostProfile, facts: PlanningFacts, host_name: str = "this host") -> HostPlan:
@@ -119,6 +126,10 @@ def plan_host(profile: HostProfile, facts: PlanningFacts, host_name: str = "this
         thp_enabled=profile.thp_enabled,
         thp_defrag=profile.thp_defrag,
     )
+    for key, value in profile.sysctl.items():
+        problem = sysctl_values.value_problem(key, value, facts.kernel_release, facts.sysctl_live)
+        if problem:
+            found.refuse(f"sysctl[{key!r}]", problem)
     vllm = _plan_vllm(profile, facts, nvme, swap, found)
     if facts.platform is not None:
         warnings, notes = platform_findings(profile, facts.platform, swap.enabled)
@@ -300,6 +311,7 @@ def _plan_vllm(
         argv=_argv(p, spec, sizing, found),
         env=env,
         api_key=p.vllm_api_key,
+        hf_token=p.vllm_hf_token,
         memory_max_bytes=memory_max,
         memory_high_bytes=memory_high,
         memory_swap_max_bytes=memory_swap_max,
@@ -445,14 +457,16 @@ def _size_gpu(p: HostProfile, facts: PlanningFacts, spec: ModelSpec | None, tp: 
     utilization = p.vllm_gpu_memory_utilization or flag_set.default("--gpu-memory-utilization")
     used_gpus = sorted(facts.gpus, key=lambda g: g.index)[:tp]
     for gpu in used_gpus:
-        total, free = gpu.memory_total_mib * MIB, (gpu.memory_total_mib - gpu.memory_used_mib) * MIB
+        # hostkit's own serving vLLM frees its memory when it restarts: only others' counts.
+        total, free = gpu.memory_total_mib * MIB, (gpu.memory_total_mib - gpu.memory_others_mib) * MIB
         if free < total * utilization:
             fits = int(free / total * 100) / 100
             found.refuse(
                 "vllm_gpu_memory_utilization",
                 f"GPU {gpu.index} has {format_size(free)} free, but {utilization} x {format_size(total)} = "
                 f"{format_size(int(total * utilization))} must be free at start-up; vLLM refuses to start. "
-                f"Lower it to {fits} or stop what uses the GPU",
+                f"{_gpu_holders(gpu)}. Lower it to {fits} or stop what uses the GPU",
+                host_state=True,
             )
     if spec is None:
         return None
@@ -529,6 +543,18 @@ def _profiled_batch(p: HostProfile, max_model_len: int) -> tuple[bool | None, in
         v1_chunks = chunked is None and parse_version(p.vllm_version)[:3] >= (0, 8, 0)
         batched = CHUNKED_PREFILL_BATCH_TOKENS if (chunked is True or v1_chunks) else max_model_len
     return chunked, batched
+
+
+def _gpu_holders(gpu: GpuFact) -> str:
+    """Who holds the memory that is not the vLLM unit's, for the refusal."""
+    if gpu.processes_unknown:
+        return f"Held by processes unknown ({gpu.processes_unknown.splitlines()[0]})"
+    held = ", ".join(
+        f"pid {p.pid} ({p.name or 'not visible in /proc'}) {'?' if p.used_mib is None else format_size(p.used_mib * MIB)}"
+        for p in sorted(gpu.other_processes, key=lambda p: -(p.used_mib or 0))
+    )
+    own = f"; the vLLM unit's {format_size(gpu.memory_vllm_mib * MIB)} not counted" if gpu.memory_vllm_mib else ""
+    return f"Held outside the vLLM unit: {held or 'no process listed (driver or another container)'}{own}"
 
 
 def _check_host_ram(p: HostProfile, tp: int, memory_max: int | None, facts: PlanningFacts, found: _Findings) -> None:

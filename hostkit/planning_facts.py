@@ -46,11 +46,29 @@ class SwapFact(_Facts):
     priority: int
 
 
+class GpuProcessFact(_Facts):
+    """A process holding memory on this GPU that is not hostkit's vLLM unit."""
+
+    pid: int
+    name: str  # "" when the host's /proc does not show the pid
+    used_mib: int | None
+
+
 class GpuFact(_Facts):
     index: int
     name: str
     memory_total_mib: int
     memory_used_mib: int
+    # Held by processes in the vLLM unit's cgroup: a serving vLLM's own memory, which its
+    # restart frees. The rest of memory_used_mib belongs to others.
+    memory_vllm_mib: int = 0
+    other_processes: list[GpuProcessFact] = Field(default_factory=list)
+    # Why the holders are unknown (the compute-process query failed); all used memory then counts as others'.
+    processes_unknown: str | None = None
+
+    @property
+    def memory_others_mib(self) -> int:
+        return max(0, self.memory_used_mib - self.memory_vllm_mib)
 
 
 class PlanningFacts(_Facts):
@@ -59,6 +77,9 @@ class PlanningFacts(_Facts):
     cpu_count: int
     cgroup_version: int  # 1 or 2
     systemd_version: int | None = None
+    kernel_release: str | None = None  # uname -r
+    # The live value of each /proc/sys path the snapshot read (the profile's sysctl keys), None: no such key.
+    sysctl_live: dict[str, str | None] = Field(default_factory=dict)
     filesystems: list[FilesystemFact] = Field(default_factory=list)
     nvme_devices: list[NvmeDeviceFact] = Field(default_factory=list)
     swaps: list[SwapFact] = Field(default_factory=list)

@@ -73,6 +73,7 @@ class VllmPlan(_Plan):
     argv: list[str] = Field(default_factory=list)  # the full ExecStart, never a secret
     env: dict[str, str] = Field(default_factory=dict)  # non-secret environment
     api_key: SecretStr | None = None
+    hf_token: SecretStr | None = None  # HF_TOKEN, in the environment file only, like the API key
     memory_max_bytes: int | None = None
     memory_high_bytes: int | None = None
     memory_swap_max_bytes: int | None = None

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, ValidationInfo, field_validator
 from pydantic_core import PydanticCustomError
 
 from hostkit import model_catalog
@@ -38,7 +38,12 @@ from hostkit.vllm_flags import (
 DEFAULT_SYSCTL = {"vm.swappiness": "10"}
 HOSTKIT_PREFIXES = ("swap_", "thp_", "gpu_", "vllm_", "nvme_", "sysctl")
 SIZE_KEYS = ("swap_size", "vllm_memory_max", "vllm_memory_high", "vllm_memory_swap_max")
-SECRET_ENV = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
+# A name one of whose words (split on _ and -) ends in one of these looks secret (HF_TOKEN,
+# AWS_SECRET_ACCESS_KEY, OPENAI_APIKEY, --api-key); TOKENIZERS_PARALLELISM or MAX_TOKENS do not.
+SECRET_ENV = re.compile(r"(?:^|[_-])[A-Z0-9]*(?:TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIALS?)(?:[_-]|$)", re.IGNORECASE)
+# The profile keys that hold secrets, and the variable each becomes in the root-only
+# environment file (never the unit, argv or output).
+SECRET_KEYS = {"vllm_api_key": "VLLM_API_KEY", "vllm_hf_token": "HF_TOKEN"}
 
 _SYSCTL_NAME = re.compile(r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_:-]+)+$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -89,6 +94,7 @@ ALLOWED: dict[str, str] = {
     "vllm_extra_args": "a mapping of vLLM option strings (e.g. '--block-size') to a value, true, or a list",
     "vllm_env": "a mapping of environment variable names to string or number values",
     "vllm_api_key": "null or a non-empty string",
+    "vllm_hf_token": "null or a non-empty string (a Hugging Face token)",
     "vllm_memory_max": "'auto', null (no limit) or a binary size such as '48G'",
     "vllm_memory_high": "'auto', null (no limit) or a binary size such as '44G'",
     "vllm_memory_swap_max": "'auto', null (no limit) or a binary size such as '8G' or '0'",
@@ -179,6 +185,7 @@ class HostProfile(BaseModel):
     vllm_extra_args: dict[str, Any] = Field(default_factory=dict)
     vllm_env: dict[str, str] = Field(default_factory=dict)
     vllm_api_key: SecretStr | None = None
+    vllm_hf_token: SecretStr | None = None
     vllm_memory_max: Literal["auto"] | Size | None = "auto"
     vllm_memory_high: Literal["auto"] | Size | None = "auto"
     vllm_memory_swap_max: Literal["auto"] | Size | None = "auto"
@@ -304,11 +311,11 @@ class HostProfile(BaseModel):
             raise _invalid(ALLOWED["vllm_user"])
         return value
 
-    @field_validator("vllm_api_key")
+    @field_validator(*SECRET_KEYS)
     @classmethod
-    def _api_key(cls, value: SecretStr | None) -> SecretStr | None:
+    def _secret(cls, value: SecretStr | None, info: ValidationInfo) -> SecretStr | None:
         if value is not None and not value.get_secret_value().strip():
-            raise _invalid(ALLOWED["vllm_api_key"])
+            raise _invalid(ALLOWED[info.field_name])
         return value
 
     @field_validator("vllm_env", mode="before")
@@ -322,8 +329,18 @@ class HostProfile(BaseModel):
             shown = mask(name, setting)
             if not isinstance(name, str) or not _ENV_NAME.match(name):
                 raise _invalid("environment variable names such as HF_HOME", key=key, value=shown)
-            if name == "VLLM_API_KEY":
-                raise _invalid("not here: set vllm_api_key", key=key, value=shown)
+            secret_key = next((k for k, variable in SECRET_KEYS.items() if variable == name), None)
+            if secret_key is not None:
+                raise _invalid(f"not here: set {secret_key}", key=key, value=shown)
+            if SECRET_ENV.search(name):
+                raise _invalid(
+                    "a name that does not look secret (no word ending in TOKEN, KEY, SECRET or PASSWORD):"
+                    " vllm_env goes into the world-readable unit file. Secrets have their own keys,"
+                    " written only to the root-only environment file: "
+                    + ", ".join(f"{k} ({variable})" for k, variable in SECRET_KEYS.items()),
+                    key=key,
+                    value=shown,
+                )
             if isinstance(setting, bool) or not isinstance(setting, (str, int, float)):
                 raise _invalid("a string or number", key=key, value=shown)
             if "\n" in str(setting):
@@ -359,7 +376,7 @@ def mask(name: Any, value: Any) -> Any:
     variable name, a vLLM option string or a profile key."""
     if value is None:
         return None
-    if name == "vllm_api_key" or isinstance(value, SecretStr):
+    if name in SECRET_KEYS or isinstance(value, SecretStr):
         return "********"
     if isinstance(name, str) and not name.startswith("vllm_") and SECRET_ENV.search(name):
         return "********"

@@ -48,7 +48,7 @@ RESERVED_OPTIONS: dict[str, str] = {
     "--served-model-name": "vllm_served_model_name",
     "--model": "vllm_model",
     "--api-key": "vllm_api_key (it goes to the env file, never to argv)",
-    "--hf-token": "vllm_env HF_TOKEN (secrets never go to argv)",
+    "--hf-token": "vllm_hf_token (it goes to the env file as HF_TOKEN, never to argv or the unit)",
 }
 
 _VERSION = re.compile(r"^(\d+)\.(\d+)\.(\d+)(?:\.post(\d+))?$")

@@ -105,8 +105,9 @@ def render_unit(plan: VllmPlan) -> str:
         raise UnitError(f"vllm_user must name a non-root user, not {plan.user!r}")
     if not plan.cache_dir.startswith("/"):
         raise UnitError(f"the cache directory must be an absolute path, not {plan.cache_dir!r}")
-    if plan.api_key is not None and any(plan.api_key.get_secret_value() in arg for arg in plan.argv):
-        raise UnitError("the API key appears in argv; it belongs in the environment file only")
+    for what, secret in (("the API key", plan.api_key), ("the HF token", plan.hf_token)):
+        if secret is not None and any(secret.get_secret_value() in arg for arg in plan.argv):
+            raise UnitError(f"{what} appears in argv; it belongs in the environment file only")
     return templates().get_template("vllm.service.j2").render(
         plan=plan,
         exec_start=exec_line(plan.argv),
@@ -121,9 +122,11 @@ def render_unit(plan: VllmPlan) -> str:
 
 
 def render_env(plan: VllmPlan) -> str:
-    """The text of the environment file: the API key, when there is one. It holds a secret:
+    """The text of the environment file: the API key and the HF token, when set. It holds secrets:
     never log it, compare it by hash."""
     secrets = {}
     if plan.api_key is not None:
         secrets["VLLM_API_KEY"] = env_file_value(plan.api_key.get_secret_value())
+    if plan.hf_token is not None:
+        secrets["HF_TOKEN"] = env_file_value(plan.hf_token.get_secret_value())
     return templates().get_template("vllm.env.j2").render(secrets=secrets)

@@ -102,8 +102,9 @@ def plan_as_text(plan: HostPlan) -> str:
         lines.append(f"unit      {VLLM_UNIT}  User={vllm.user}  {'  '.join(limits)}  (cgroup v{vllm.cgroup_version})")
         lines.append(f"command   {shlex.join(vllm.argv)}")
         env = masked_env(vllm.env)
-        if vllm.api_key is not None:
-            env["VLLM_API_KEY"] = "********"
+        for variable, secret in (("VLLM_API_KEY", vllm.api_key), ("HF_TOKEN", vllm.hf_token)):
+            if secret is not None:
+                env[variable] = "********"
         lines.append(f"env       {'  '.join(f'{k}={v}' for k, v in sorted(env.items()))}  ({VLLM_ENV_FILE})")
         if vllm.sizing is not None:
             lines.extend(_sizing_lines(vllm.sizing))

@@ -37,6 +37,7 @@ from hostkit.doctor.inputs import (
 from hostkit.doctor.kernel_log import kernel_log_oom_command, parse_kernel_log
 from hostkit.facts.platform import PlatformFact
 from hostkit.facts.platform import script as platform_script
+from hostkit.facts.gpu import parse_compute_apps
 from hostkit.plans import VLLM_UNIT
 
 SUB_MARKER = "@@doctor:"
@@ -66,6 +67,8 @@ CGROUP_FILES = (
     "memory.max_usage_in_bytes",
     "memory.limit_in_bytes",
 )
+# The recorded probe outputs ask in this order; the snapshot's gpu section asks for its own.
+APPS_QUERY = ("gpu_uuid", "pid", "used_memory")
 _DIST_INFO = re.compile(r"/vllm-(?P<version>\d+\.\d+\.\d+(?:\.post\d+)?)[^/]*\.dist-info$")
 _THP_SELECTED = re.compile(r"\[([^\]]+)\]")
 
@@ -124,7 +127,7 @@ def doctor_command(unit: str = VLLM_UNIT, vllm_command: str | None = None, with_
         "  nvidia-smi --query-gpu=index,uuid,memory.total,memory.used --format=csv,noheader,nounits 2>&1;"
         ' echo "rc=$?"',
         f"  {_marker('gpu-apps')}",
-        "  nvidia-smi --query-compute-apps=gpu_uuid,pid,used_memory --format=csv,noheader,nounits 2>&1",
+        f"  nvidia-smi --query-compute-apps={','.join(APPS_QUERY)} --format=csv,noheader,nounits 2>&1",
         "fi",
         "true",
     ]
@@ -329,10 +332,10 @@ def parse_gpus(gpu_lines: list[str] | None, app_lines: list[str] | None, vllm_pi
         return (), problem or f"nvidia-smi exited {rc} and listed no GPU"
     own = set(vllm_pids)
     held: dict[str, dict[int, int]] = {}
-    for line in app_lines or []:
-        cols = [c.strip() for c in line.split(",")]
-        if len(cols) == 3 and cols[1].isdigit() and cols[2].isdigit():
-            held.setdefault(cols[0], {})[int(cols[1])] = held.get(cols[0], {}).get(int(cols[1]), 0) + int(cols[2])
+    for process in parse_compute_apps(app_lines or [], APPS_QUERY)[0]:
+        if process.used_mib is not None:
+            apps = held.setdefault(process.gpu_uuid, {})
+            apps[process.pid] = apps.get(process.pid, 0) + process.used_mib
     gpus = []
     for index, uuid, total, used in good:
         apps = held.get(uuid, {})

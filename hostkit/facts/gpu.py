@@ -5,6 +5,10 @@ The command prints sub-sections between `@@gpu:NAME@@` lines:
 - query: `nvidia-smi --query-gpu=QUERY_FIELDS --format=csv,noheader,nounits` (stdout and
   stderr, so NVML's own error text survives), then `@@gpu:query-rc@@ N`; or
   `@@gpu:no-nvidia-smi@@` when the tool is missing, which means "no driver", not an error.
+- apps: `nvidia-smi --query-compute-apps=APPS_FIELDS`, the processes holding GPU memory,
+  then `@@gpu:apps-rc@@ N`; procs: for each of their pids, `PID comm NAME` from
+  /proc/PID/comm and `PID cgroup LINE` for each line of /proc/PID/cgroup. A pid that
+  /proc does not show (another pid namespace, or gone since) has neither.
 - version: /proc/driver/nvidia/version (the kernel module that is loaded).
 - modules: the nvidia* lines of /proc/modules (`lsmod` may be missing).
 - nodes: `ls -ld /dev/nvidia*`.
@@ -18,6 +22,8 @@ The command prints sub-sections between `@@gpu:NAME@@` lines:
 - fabricmanager: only when /dev/nvidia-nvswitch* exists: whether nv-fabricmanager runs,
   and its `--version` output.
 
+Every nvidia-smi and journalctl call has a deadline (hostkit.facts.deadline).
+
 Shell builtins do what they can: on a slow host every process costs a noticeable
 fraction of a second, and a host without NVIDIA hardware should pay for none.
 """
@@ -28,6 +34,8 @@ import re
 from dataclasses import dataclass
 
 from pyinfra.api import FactBase
+
+from hostkit.facts.deadline import DEADLINE_FUNCTION, KERNEL_LOG_S, NVIDIA_SMI_S, TIMED_OUT, timed_out_lines
 
 # Fixed order: the parser maps columns by position. Every name appears in the header of
 # real `nvidia-smi --query-gpu` output from an H200 (tests check this against a fixture).
@@ -47,6 +55,9 @@ QUERY_FIELDS: tuple[str, ...] = (
     "remapped_rows.failure",
     "mig.mode.current",
 )
+
+# The order the fact asks for; `hostkit doctor` asks for its own and passes it to the parser.
+APPS_FIELDS: tuple[str, ...] = ("pid", "used_memory", "gpu_uuid")
 
 SUB_MARKER = "@@gpu:"
 XID_LINE_LIMIT = 200
@@ -93,6 +104,26 @@ class FabricManager:
 
 
 @dataclass(frozen=True)
+class GpuProcess:
+    """A process holding GPU memory, as `--query-compute-apps` lists it, one row per GPU."""
+
+    pid: int
+    gpu_uuid: str
+    used_mib: int | None  # None: `[N/A]` (some drivers in containers)
+    name: str = ""  # /proc/PID/comm; "" when /proc does not show the pid
+    cgroups: tuple[str, ...] = ()  # the lines of /proc/PID/cgroup, "ID:CONTROLLERS:PATH"
+
+    def in_cgroup(self, path: str) -> bool:
+        """Whether systemd's hierarchy puts the process in `path` or below it: the unified
+        line `0::PATH` (cgroup v2 and hybrid) or v1's `N:name=systemd:PATH`."""
+        for line in self.cgroups:
+            _, controllers, where = line.split(":", 2) if line.count(":") >= 2 else ("", "-", "")
+            if controllers in ("", "name=systemd") and (where == path or where.startswith(path.rstrip("/") + "/")):
+                return True
+        return False
+
+
+@dataclass(frozen=True)
 class GpuFacts:
     driver_present: bool  # nvidia-smi is installed
     gpus: tuple[GpuDevice, ...] = ()
@@ -107,6 +138,9 @@ class GpuFacts:
     xids: tuple[XidEvent, ...] = ()
     xid_total: int = 0  # may exceed len(xids): only the first XID_LINE_LIMIT lines are kept
     fabricmanager: FabricManager | None = None
+    processes: tuple[GpuProcess, ...] = ()
+    processes_error: str | None = None  # the compute-process query failed: who holds memory is unknown
+    timeouts: tuple[str, ...] = ()  # "WHAT timed out after N s", one per command that hit its deadline
 
     @property
     def gpu_count(self) -> int:
@@ -155,10 +189,22 @@ class GpuFact(FactBase):
         return "\n".join(
             [
                 "hk_any() { [ -e \"$1\" ] || [ -L \"$1\" ]; }",
+                DEADLINE_FUNCTION,
                 "if command -v nvidia-smi >/dev/null 2>&1; then",
                 f"  {_marker('query')}",
-                f"  nvidia-smi --query-gpu={fields} --format=csv,noheader,nounits 2>&1",
+                f"  hk_deadline {NVIDIA_SMI_S} 'nvidia-smi --query-gpu'"
+                f" nvidia-smi --query-gpu={fields} --format=csv,noheader,nounits 2>&1",
                 f"  echo \"{SUB_MARKER}query-rc@@ $?\"",
+                f"  {_marker('apps')}",
+                f"  hk_apps=$(hk_deadline {NVIDIA_SMI_S} 'nvidia-smi --query-compute-apps'"
+                f" nvidia-smi --query-compute-apps={','.join(APPS_FIELDS)} --format=csv,noheader,nounits 2>&1)",
+                f"  hk_rc=$?; printf '%s\\n' \"$hk_apps\"; echo \"{SUB_MARKER}apps-rc@@ $hk_rc\"",
+                f"  {_marker('procs')}",
+                "  printf '%s\\n' \"$hk_apps\" | while IFS=', ' read -r hk_pid hk_rest; do",
+                "    case $hk_pid in ''|*[!0-9]*) continue ;; esac",
+                "    IFS= read -r hk_comm 2>/dev/null < \"/proc/$hk_pid/comm\" && echo \"$hk_pid comm $hk_comm\"",
+                "    while IFS= read -r hk_cg; do echo \"$hk_pid cgroup $hk_cg\"; done 2>/dev/null < \"/proc/$hk_pid/cgroup\"",
+                "  done",
                 "else",
                 f"  {_marker('no-nvidia-smi')}",
                 "fi",
@@ -173,15 +219,20 @@ class GpuFact(FactBase):
                 _proc_cmdlines_of("nvidia-persiste"),
                 _marker("xid"),
                 # An empty answer (not even xid_total) means that log could not be read.
-                f"hk_xids() {{ awk '/NVRM: Xid/ {{ n++; if (n <= {XID_LINE_LIMIT}) print }}"
-                " END { if (NR) print \"xid_total=\" n+0 }'; }",
+                # A log read that timed out prints only its timeout line: partial is not clean.
+                f"hk_xids() {{ awk '/^{TIMED_OUT}/ {{ t = $0; next }}"
+                f" /NVRM: Xid/ {{ n++; if (n <= {XID_LINE_LIMIT}) x[n] = $0 }}"
+                " END { if (t) { print t; exit } for (i = 1; i <= n && i <= "
+                f"{XID_LINE_LIMIT}; i++) print x[i]; if (NR) print \"xid_total=\" n+0 }}'; }}",
                 f"if [ ! -e {_DRIVER_VERSION} ]; then",
                 "  echo source=no-driver; echo xid_total=0",
                 "else",
                 "  hk_log=",
                 "  command -v journalctl >/dev/null 2>&1 && hk_source=journalctl"
-                " && hk_log=$(journalctl -k -b -q --no-pager 2>/dev/null | hk_xids)",
-                "  [ -n \"$hk_log\" ] || { hk_source=dmesg; hk_log=$(dmesg 2>/dev/null | hk_xids); }",
+                f" && hk_log=$(hk_deadline {KERNEL_LOG_S} 'journalctl -k -b' journalctl -k -b -q --no-pager 2>/dev/null"
+                " | hk_xids)",
+                "  [ -n \"$hk_log\" ] || { hk_source=dmesg;"
+                f" hk_log=$(hk_deadline {KERNEL_LOG_S} dmesg dmesg 2>/dev/null | hk_xids); }}",
                 "  [ -n \"$hk_log\" ] || { hk_source=none; hk_log=xid_total=0; }",
                 "  echo \"source=$hk_source\"; printf '%s\\n' \"$hk_log\"",
                 "fi",
@@ -273,8 +324,50 @@ def _parse_query(lines: list[str], return_code: str) -> tuple[tuple[GpuDevice, .
     gpus = tuple(gpu for gpu in map(parse_query_row, body) if gpu is not None)
     if return_code == "0" and gpus:
         return gpus, None
-    problems = [line for line in body if parse_query_row(line) is None]
+    problems = [line.removeprefix(TIMED_OUT).strip() for line in body if parse_query_row(line) is None]
     return gpus, "\n".join(problems) or f"nvidia-smi exited {return_code} and listed no GPU"
+
+
+def parse_compute_apps(
+    lines: list[str], fields: tuple[str, ...] = APPS_FIELDS
+) -> tuple[tuple[GpuProcess, ...], list[str]]:
+    """`--query-compute-apps` rows (columns in `fields` order) and the lines that are not rows."""
+    processes, problems = [], []
+    for line in lines:
+        if not line.strip():
+            continue
+        value = dict(zip(fields, (column.strip() for column in line.split(","))))
+        pid = value.get("pid", "")
+        if len(value) != len(fields) or not pid.isdigit():
+            problems.append(line.removeprefix(TIMED_OUT).strip())
+            continue
+        processes.append(GpuProcess(pid=int(pid), gpu_uuid=value.get("gpu_uuid", ""), used_mib=_int(value.get("used_memory", ""))))
+    return tuple(processes), problems
+
+
+def _parse_processes(parts: dict[str, list[str]]) -> tuple[tuple[GpuProcess, ...], str | None]:
+    if "apps" not in parts:
+        return (), None
+    processes, problems = parse_compute_apps(parts["apps"])
+    return_code = (parts.get("apps-rc") or ["missing"])[0]
+    error = None
+    if return_code != "0":
+        error = "\n".join(problems) or f"nvidia-smi --query-compute-apps exited {return_code}"
+    names: dict[int, str] = {}
+    cgroups: dict[int, list[str]] = {}
+    for line in parts.get("procs", []):
+        pid, _, rest = line.partition(" ")
+        kind, _, text = rest.partition(" ")
+        if not pid.isdigit():
+            continue
+        if kind == "comm":
+            names[int(pid)] = text
+        elif kind == "cgroup" and text not in cgroups.setdefault(int(pid), []):
+            cgroups[int(pid)].append(text)
+    return tuple(
+        GpuProcess(p.pid, p.gpu_uuid, p.used_mib, names.get(p.pid, ""), tuple(cgroups.get(p.pid, ())))
+        for p in processes
+    ), error
 
 
 def _parse_fabricmanager(lines: list[str]) -> FabricManager:
@@ -309,6 +402,8 @@ def parse_gpu_output(output: list[str]) -> GpuFacts:
             match = _NVML_LIBRARY_RE.search(smi_error)
             nvml_version = match["version"] if match else None
 
+    processes, processes_error = _parse_processes(parts) if driver_present else ((), None)
+
     module_version = None
     for line in parts.get("version", []):
         match = _VERSION_RE.search(line) if line.startswith("NVRM version:") else None
@@ -329,6 +424,8 @@ def parse_gpu_output(output: list[str]) -> GpuFacts:
 
     xid_lines = parts.get("xid", [])
     source = next((line.split("=", 1)[1] for line in xid_lines if line.startswith("source=")), "none")
+    if timed_out_lines(xid_lines):
+        source = "none"
     xids = tuple(event for event in map(parse_xid_line, xid_lines) if event is not None)
     total_lines = [line for line in xid_lines if line.startswith("xid_total=")]
     xid_total = int(total_lines[-1].split("=", 1)[1]) if total_lines else len(xids)
@@ -346,4 +443,7 @@ def parse_gpu_output(output: list[str]) -> GpuFacts:
         xids=xids,
         xid_total=max(xid_total, len(xids)),
         fabricmanager=_parse_fabricmanager(parts["fabricmanager"]) if "fabricmanager" in parts else None,
+        processes=processes,
+        processes_error=processes_error,
+        timeouts=timed_out_lines(output),
     )

@@ -14,8 +14,8 @@ The command prints tagged lines:
   `sysctl --system` applies it after every sysctl.d file, whether systemd-sysctl reads it
   or not;
 - `sysctl.live <path>=<value>` or `sysctl.missing <path>` for every key that hostkit's
-  file sets. Keys that hostkit's file does not set yet are not read:
-  hostkit has to rewrite the file for them anyway, and that change applies and checks them.
+  file sets and every key of the profile's `sysctl`: the planner checks the wanted values
+  against the running kernel before anything changes (hostkit.sysctl_values).
 
 How systemd-sysctl reads these files (systemd src/sysctl/sysctl.c, conf-files.c): every
 `*.conf` in /etc/sysctl.d, /run/sysctl.d, /usr/local/lib/sysctl.d, /usr/lib/sysctl.d (and
@@ -37,6 +37,7 @@ from __future__ import annotations
 import posixpath
 import shlex
 from dataclasses import dataclass, field
+from typing import Any
 
 from pyinfra.api import FactBase
 
@@ -208,6 +209,9 @@ for dir in $DIRS; do
   done
 done
 if [ -f "$CONF" ]; then echo sysctl.conf-file; hk_settings sysctl.conf-line "$CONF"; fi
+for p in $WANTED; do
+  if [ -f "/proc/sys/$p" ]; then live="$live /proc/sys/$p"; else printf 'sysctl.missing %s\n' "$p"; fi
+done
 # One awk for all live values: a /proc/sys number read in pieces (the shell's read takes a
 # byte at a time) yields only its first byte.
 [ -n "$live" ] && awk '{ f = FILENAME; sub(/^.*\/proc\/sys\//, "", f); print "sysctl.live " f "=" $0 }' $live
@@ -218,10 +222,15 @@ true
 class KernelFact(FactBase):
     section = "kernel"
 
-    def command(self) -> str:
+    takes_profile = True
+
+    def command(self, profile: Any = None) -> str:
+        # Profile keys are dotted names without spaces or shell characters (hostkit.profile).
+        wanted = sorted({sysctl_path(key) for key in getattr(profile, "sysctl", None) or {}})
         variables = {
             "THP": THP_DIR, "UNIT": THP_UNIT_PATH, "WANTS": THP_WANTS_LINK,
             "DIRS": " ".join(SYSCTL_DIRS), "OURS": SYSCTL_FILE, "CONF": SYSCTL_CONF,
+            "WANTED": " ".join(wanted),
         }
         assignments = "".join(f"{name}={shlex.quote(value)}\n" for name, value in variables.items())
         return assignments + _COMMAND.lstrip("\n")

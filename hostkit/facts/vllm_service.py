@@ -14,6 +14,7 @@ from typing import Any
 
 from pyinfra.api import FactBase
 
+from hostkit.facts.deadline import DEADLINE_FUNCTION, SYSTEMCTL_S, TIMED_OUT, timed_out_lines
 from hostkit.plans import VLLM_ENV_FILE, VLLM_UNIT, VllmPlan
 from hostkit.readiness import Probe, probe_command
 from hostkit.vllm_unit import ENV_DIR, UNIT_PATH
@@ -72,6 +73,7 @@ class VllmServiceState:
     memory_peak_bytes: int | None = None
     oom_kills: int | None = None
     probe: Probe | None = None
+    timeouts: tuple[str, ...] = ()  # "WHAT timed out after N s": the unit state is then unknown
     unit_text: str | None = None  # the installed unit file (world-readable, holds no secret)
     # Unix seconds: when the command file was last replaced (ctime: tar and pip cannot set
     # it back), and when the running main process started. None: unknown.
@@ -161,13 +163,16 @@ class VllmServiceFact(FactBase):
             "$hk_stats",
             "EOF",
             "printf '%s\\n' \"unit_sha256=$unit_sha256\" \"env_sha256=$env_sha256\" \"env_stat=$env_stat\" \"env_dir_stat=$env_dir_stat\"",
+            DEADLINE_FUNCTION,
             f"[ -r {UNIT_PATH} ] && echo \"unit_text=$(base64 -w0 {UNIT_PATH})\"",
             f"echo \"command_ctime=$(stat -L -c %Z -- {shlex.quote(target.command)} 2>/dev/null)\"",
-            f"echo \"main_start=$(systemctl show --timestamp=unix -p ExecMainStartTimestamp --value {VLLM_UNIT} 2>/dev/null)\"",
-            f"hk_show=$(systemctl show {VLLM_UNIT} {properties} 2>/dev/null)",
+            f"echo \"main_start=$(hk_deadline {SYSTEMCTL_S} 'systemctl show {VLLM_UNIT} ExecMainStartTimestamp' systemctl show --timestamp=unix -p ExecMainStartTimestamp --value {VLLM_UNIT} 2>/dev/null)\"",
+            f"hk_show=$(hk_deadline {SYSTEMCTL_S} 'systemctl show {VLLM_UNIT}' systemctl show {VLLM_UNIT} {properties}"
+            " 2>/dev/null)",
             "cg=",
             "while IFS= read -r hk_line; do",
             "  [ -n \"$hk_line\" ] || continue",
+            f"  case $hk_line in {TIMED_OUT}*) printf '%s\\n' \"$hk_line\"; continue ;; esac",
             "  printf 'unit.%s\\n' \"$hk_line\"",
             "  case $hk_line in ControlGroup=*) cg=${hk_line#ControlGroup=} ;; esac",
             "done <<EOF",
@@ -219,6 +224,7 @@ class VllmServiceFact(FactBase):
             unit_text=_decoded(values.get("unit_text")),
             command_changed_at=_int(values.get("command_ctime") or None),
             main_started_at=_int(values.get("main_start", "").lstrip("@") or None),
+            timeouts=timed_out_lines(output),
         )
 
 

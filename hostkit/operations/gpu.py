@@ -12,7 +12,7 @@ from __future__ import annotations
 from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, Host, State, operation
 
-from hostkit.facts.snapshot import snapshot
+from hostkit.facts.snapshot import SECTION_NAMES, snapshot
 from hostkit.gpu_policy import GpuPolicy, GpuVerdict, evaluate
 from hostkit.profile import HostProfile
 
@@ -42,3 +42,34 @@ def verify_gpu(profile: HostProfile | None = None):
         host.log_styled(f"GPU: {verdict.summary}", fg="green")
         for warning in verdict.warnings:
             host.log_styled(f"GPU: {warning}", fg="yellow", log_func=logger.warning)
+
+
+def host_refused(state: State, host: Host, reasons: list[str]) -> bool:
+    for reason in reasons:
+        host.log_styled(reason, fg="red", log_func=logger.error)
+    return False
+
+
+@operation()
+def refuse_host(reasons: list[str]):
+    """
+    Fail this host alone, at execute time, for what its present state makes impossible.
+
+    + reasons: one line each, naming what stands in the way (pids, processes, memory)
+    """
+    yield FunctionCommand(host_refused, (reasons,), {})
+
+
+@operation()
+def snapshot_finished(profile: HostProfile | None = None):
+    """
+    Fail this host when a remote command of its snapshot ran past its deadline.
+
+    + profile: the host's `HostProfile`
+    """
+    taken = snapshot(host, profile)
+    timeouts = [
+        f"{name}: {line}" for name in sorted(SECTION_NAMES) for line in getattr(taken.section(name), "timeouts", ())
+    ]
+    if timeouts:
+        yield FunctionCommand(host_refused, (timeouts,), {})

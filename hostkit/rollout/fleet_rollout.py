@@ -64,7 +64,7 @@ def rollout(
     previous = read_report(resume) if resume else None
 
     if deployer is None:
-        secrets = [p.vllm_api_key.get_secret_value() for p in profiles.values() if p.vllm_api_key]
+        secrets = [s.get_secret_value() for p in profiles.values() for s in (p.vllm_api_key, p.vllm_hf_token) if s]
         deployer = PyinfraBatchDeployer(inventory, deploy, secrets=secrets)
     if gate_check is None and gate != "none" and not dry:
         service_gate = ServiceGate(inventory, profiles, dict(hosts), timeout=gate_timeout)

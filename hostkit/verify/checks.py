@@ -352,6 +352,15 @@ def oom_checks(ooms: KernelLogOoms) -> list[CheckResult]:
                    "the check passes again after the next boot")]
 
 
+def deadline_checks(service: Any) -> list[CheckResult]:
+    """A snapshot command that ran past its deadline leaves the unit's state unknown: say so first."""
+    if not service.timeouts:
+        return []
+    return [_check("vllm", "unit state read in time", False, "systemctl show answers within its deadline",
+                   "; ".join(service.timeouts),
+                   "see what blocks systemd (systemctl list-jobs; journalctl -b -u systemd), or reboot the host")]
+
+
 # -- one host ------------------------------------------------------------------------------
 
 
@@ -362,6 +371,7 @@ def check_host(profile: Any, plan: HostPlan, snapshot: Any, probes: Probes) -> l
         *swap_checks(plan.swap, snapshot.storage, host, profile.swap_dir),
         *kernel_checks(plan.kernel, snapshot.kernel, snapshot.system.kernel_cmdline, host),
         *gpu_checks(profile, snapshot.gpu),
+        *deadline_checks(snapshot.vllm),
         *vllm_checks(plan.vllm, snapshot.vllm, probes, host),
         *oom_checks(probes.ooms),
     ]

@@ -1,12 +1,13 @@
 """Bad inventory data, end to end: each case is its own `pyinfra INVENTORY deploys/vllm_host.py`
-run against one fresh lab host, and each must exit non-zero, name the host and the key, and
+run against the main lab host, and each must exit non-zero, name the host and the key, and
 leave the host as it was.
 
-A fresh host is the strictest witness: any case hostkit failed to refuse would make swap,
-sysctl, THP and unit changes that the state digest shows. The digest (fstab, sysctl.d,
-systemd units, /proc/swaps, THP, /run/vllm-hostkit) is one ssh command, taken before all
-cases, after all cases, and right after a few spot-check cases. The CLI runs go three at
-a time: every case fails while pyinfra prepares, before any command that changes a host.
+Run alone, the module gets a fresh host, the strictest witness: any case hostkit failed to
+refuse would make swap, sysctl, THP and unit changes that the state digest shows. The
+digest (fstab, sysctl.d, systemd units, /proc/swaps, THP, swappiness, /run/vllm-hostkit)
+is one ssh command, taken before all cases and right after each case. The CLI runs go three
+at a time (every case fails while pyinfra prepares, before any command that changes a host),
+so a digest that differs names its case and the cases that ran beside it.
 """
 
 from __future__ import annotations
@@ -26,14 +27,13 @@ class Case:
     data: dict
     key: str  # the key the message must name
     says: str = ""  # and a phrase that shows it was refused for the right reason
-    spot_check: bool = False
 
 
 # The lab data (inventories/lab.py) is valid; each case changes it in one way.
 CASES = [
     # wrong types
     Case("swap_enabled-string", {"swap_enabled": "yes"}, "swap_enabled", "true or false"),
-    Case("vllm_port-string", {"vllm_port": "8000"}, "vllm_port", "1-65535", spot_check=True),
+    Case("vllm_port-string", {"vllm_port": "8000"}, "vllm_port", "1-65535"),
     Case("gpu_tolerated_xids-strings", {"gpu_tolerated_xids": ["79"]}, "gpu_tolerated_xids", "Xid numbers"),
     Case("sysctl-not-a-mapping", {"sysctl": "vm.swappiness=10"}, "sysctl", "mapping of sysctl names"),
     Case("vllm_env-list-value", {"vllm_env": {"HF_HOME": ["/a"]}}, "vllm_env['HF_HOME']", "a string or number"),
@@ -46,6 +46,7 @@ CASES = [
     Case("max_num_seqs-zero", {"vllm_max_num_seqs": 0}, "vllm_max_num_seqs", ">= 1"),
     Case("gpu_count-zero", {"gpu_count": 0}, "gpu_count", ">= 1"),
     Case("ready_timeout-zero", {"vllm_ready_timeout": 0}, "vllm_ready_timeout", ">= 1"),
+    Case("ready_timeout-negative", {"vllm_ready_timeout": -1}, "vllm_ready_timeout", ">= 1"),
     Case("thp_enabled-unknown", {"thp_enabled": "sometimes"}, "thp_enabled", "'always', 'madvise' or 'never'"),
     Case("thp_defrag-unknown", {"thp_defrag": "lazy"}, "thp_defrag", "'defer+madvise'"),
     Case("sysctl_conflicts-unknown", {"sysctl_conflicts": "ignore"}, "sysctl_conflicts", "'error' or 'warn'"),
@@ -53,21 +54,20 @@ CASES = [
     # bad sizes
     Case("swap_size-word", {"swap_size": "lots"}, "swap_size", "binary size"),
     Case("swap_size-bare-number", {"swap_size": 1024}, "swap_size", "a bare number is ambiguous"),
-    Case("swap_size-below-1G", {"swap_size": "512M"}, "swap_size", "below 1G", spot_check=True),
+    Case("swap_size-below-1G", {"swap_size": "512M"}, "swap_size", "below 1G"),
     Case("swap_size-does-not-fit", {"swap_size": "500G"}, "swap_size", "does not fit in /mnt/nvme"),
     Case("memory_max-bad-unit", {"vllm_memory_max": "48Q"}, "vllm_memory_max", "binary size"),
     Case("memory_high-above-max", {"vllm_memory_max": "1G", "vllm_memory_high": "2G"}, "vllm_memory_high",
          "at most vllm_memory_max"),
     # paths and devices
-    Case("swap_dir-relative", {"swap_dir": "var/swap"}, "swap_dir", "absolute directory path", spot_check=True),
+    Case("swap_dir-relative", {"swap_dir": "var/swap"}, "swap_dir", "absolute directory path"),
     Case("swap_dir-on-tmpfs", {"swap_dir": "/dev/shm"}, "swap_dir", "cannot hold a swap file"),
     Case("nvme_mount-root", {"nvme_mount": "/"}, "nvme_mount", "other than /"),
     Case("nvme_device-not-a-dev-path", {"nvme_device": "nvme0n1"}, "nvme_device", "under /dev/"),
     Case("nvme_device-absent", {"nvme_device": "/dev/nvme9n1"}, "nvme_device", "is not on this host"),
     Case("vllm_command-relative", {"vllm_command": "vllm"}, "vllm_command", "absolute path"),
     # vLLM settings the release or the model refuses
-    Case("model-missing", {"vllm_model": UNSET}, "vllm_model", "required when vllm_enabled is true",
-         spot_check=True),
+    Case("model-missing", {"vllm_model": UNSET}, "vllm_model", "required when vllm_enabled is true"),
     Case("flag-unknown-to-version", {"vllm_extra_args": {"--no-such-flag": True}},
          "vllm_extra_args['--no-such-flag']", "vLLM 0.33.0 has no --no-such-flag"),
     Case("flag-removed-in-version", {"vllm_version": "0.20.0", "vllm_swap_space": 4}, "vllm_swap_space",
@@ -75,7 +75,7 @@ CASES = [
     Case("flag-owned-by-hostkit", {"vllm_extra_args": {"--max-num-seqs": 8}}, "vllm_extra_args['--max-num-seqs']",
          "set vllm_max_num_seqs instead"),
     Case("batched-tokens-below-seqs", {"vllm_max_num_seqs": 256, "vllm_max_num_batched_tokens": 128},
-         "vllm_max_num_batched_tokens", "at least vllm_max_num_seqs (256)", spot_check=True),
+         "vllm_max_num_batched_tokens", "at least vllm_max_num_seqs (256)"),
     Case("tp-does-not-divide-heads", {"vllm_tensor_parallel_size": 3}, "vllm_tensor_parallel_size",
          "a divisor of 14"),
     Case("model_len-beyond-model", {"vllm_max_model_len": 1_000_000}, "vllm_max_model_len", "at most 32768"),
@@ -85,8 +85,19 @@ CASES = [
     Case("user-root", {"vllm_user": "root"}, "vllm_user", "non-root user"),
     Case("api-key-in-env", {"vllm_env": {"VLLM_API_KEY": "sk-e2e-should-not-show"}}, "vllm_env['VLLM_API_KEY']",
          "set vllm_api_key"),
+    Case("hf-token-in-env", {"vllm_env": {"HF_TOKEN": "sk-e2e-should-not-show"}}, "vllm_env['HF_TOKEN']",
+         "set vllm_hf_token"),
+    Case("secret-looking-env-name", {"vllm_env": {"S3_SECRET_ACCESS_KEY": "sk-e2e-should-not-show"}},
+         "vllm_env['S3_SECRET_ACCESS_KEY']", "vllm_hf_token (HF_TOKEN)"),
+    # values the host's kernel refuses, found in its facts before anything changes
+    Case("sysctl-swappiness-400", {"sysctl": {"vm.swappiness": 400}}, "sysctl['vm.swappiness']",
+         "vm.swappiness takes a whole number 0 to 200 on kernel"),
+    Case("sysctl-unknown-key", {"sysctl": {"vm.swappiness": 10, "vm.no_such_knob": 1}}, "sysctl['vm.no_such_knob']",
+         "/proc/sys/vm/no_such_knob does not exist on this host"),
+    Case("sysctl-wrong-form", {"sysctl": {"vm.swappiness": 10, "net.core.somaxconn": "many"}},
+         "sysctl['net.core.somaxconn']", "the kernel's value is a whole number"),
     # typos in keys
-    Case("typo-swap_szie", {"swap_szie": "8G"}, "swap_szie", "did you mean swap_size?", spot_check=True),
+    Case("typo-swap_szie", {"swap_szie": "8G"}, "swap_szie", "did you mean swap_size?"),
     Case("typo-vllm_modle", {"vllm_modle": "Qwen/Qwen2.5-0.5B-Instruct"}, "vllm_modle", "did you mean vllm_model?"),
 ]
 PARALLEL_RUNS = 3
@@ -127,20 +138,27 @@ def state_digest(lab_host) -> str:
 class Outcome:
     returncode: int
     output: str
-    digest_after: str | None = None
+    digest_after: str
+    started: float
+    ended: float  # after the digest
 
 
 @dataclass
 class Campaign:
     host_name: str
     before: str
-    after: str
     outcomes: dict[str, Outcome] = field(default_factory=dict)
+
+    def beside(self, case_id: str) -> list[str]:
+        """The cases whose run overlapped this one's, digest included."""
+        mine = self.outcomes[case_id]
+        return sorted(other for other, outcome in self.outcomes.items()
+                      if other != case_id and outcome.started < mine.ended and mine.started < outcome.ended)
 
 
 @pytest.fixture(scope="module")
 def campaign(main_host, tmp_path_factory) -> Campaign:
-    """Every case run once against `main_host`, the digests taken around them."""
+    """Every case run once against `main_host`, the digest taken before all and after each."""
     from tests.e2e.conftest import MAIN_DEPLOY, REPO, lab_data
     from hostkit.pyinfra_runner import run_pyinfra, write_inventory
 
@@ -151,15 +169,14 @@ def campaign(main_host, tmp_path_factory) -> Campaign:
         data = {**main_host.pyinfra_data(), **lab_data(), **case.data}
         data = {key: value for key, value in data.items() if value is not UNSET}
         inventory = write_inventory(directory / f"{case.id}.py", [(main_host.name, data)])
+        started = time.monotonic()
         run = run_pyinfra(inventory, MAIN_DEPLOY, cwd=REPO, timeout=600)
-        outcome = Outcome(run.returncode, run.output)
-        if case.spot_check:
-            outcome.digest_after = state_digest(main_host)
-        return case.id, outcome
+        digest = state_digest(main_host)
+        return case.id, Outcome(run.returncode, run.output, digest, started, time.monotonic())
 
     with concurrent.futures.ThreadPoolExecutor(PARALLEL_RUNS) as pool:
         outcomes = dict(pool.map(run, CASES))
-    return Campaign(main_host.name, before, state_digest(main_host), outcomes)
+    return Campaign(main_host.name, before, outcomes)
 
 
 def test_the_lab_data_itself_is_valid():
@@ -182,10 +199,12 @@ def test_bad_input_is_refused_naming_host_and_key(campaign, case):
     assert case.says in outcome.output, outcome.output[-3000:]
     assert "nothing was changed on any host" in outcome.output
     assert "sk-e2e-should-not-show" not in outcome.output  # refusals mask secrets too
-    if case.spot_check:
-        assert outcome.digest_after == campaign.before
-    assert campaign.after == campaign.before
+    assert outcome.digest_after == campaign.before, (
+        f"the host changed by the end of {case.id} (running beside it: {campaign.beside(case.id) or 'none'}):\n"
+        f"before:\n{campaign.before}\nafter:\n{outcome.digest_after}"
+    )
 
 
-def test_the_host_is_unchanged_after_all_cases(campaign):
-    assert campaign.after == campaign.before, f"before:\n{campaign.before}\nafter:\n{campaign.after}"
+def test_the_host_is_unchanged_after_each_case(campaign):
+    changed = [case_id for case_id, outcome in campaign.outcomes.items() if outcome.digest_after != campaign.before]
+    assert not changed, f"the host's state digest differed after: {', '.join(changed)}"

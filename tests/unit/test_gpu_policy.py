@@ -14,7 +14,7 @@ from pyinfra.operations import python
 import hostkit.operations.gpu as gpu_operations
 from hostkit.facts.gpu import GpuFacts, parse_gpu_output
 from hostkit.facts.snapshot import HostSnapshot
-from hostkit.gpu_policy import GpuPolicy, evaluate, version_tuple, versions_match
+from hostkit.gpu_policy import XID_RULES, GpuPolicy, evaluate, version_tuple, versions_match
 from hostkit.profile import HostProfile
 
 FIXTURES = Path(__file__).parent / "fixtures" / "gpu"
@@ -94,8 +94,10 @@ def test_failure_details():
     assert failures["driver version match"].actual == "kernel module 570.133.20"
     assert "580.159.04" in failures["driver version match"].expected
     assert "reboot" in failures["driver version match"].fix
-    xid = evaluate(GpuPolicy(), facts("xids.txt")).failures[0]
-    assert xid.actual == "Xid 13 x2, Xid 79 x1"
+    verdict = evaluate(GpuPolicy(), facts("xids.txt"))
+    assert verdict.failures[0].actual == "Xid 79 x1 (GPU has fallen off the bus; NVIDIA: RESTART_BM)"
+    assert any(warning.startswith("Xid since boot that NVIDIA puts down to an application") and "Xid 13 x2" in warning
+               for warning in verdict.warnings)
 
 
 def test_thresholds_and_tolerated_xids_relax_checks():
@@ -103,8 +105,10 @@ def test_thresholds_and_tolerated_xids_relax_checks():
     assert evaluate(GpuPolicy(max_remapped_rows_pending=1), facts("remapped-pending.txt")).ok
     assert evaluate(GpuPolicy(require_persistence=False), facts("na-fields.txt")).ok
     assert failed_checks(GpuPolicy(tolerated_xids=frozenset({13})), "xids.txt") == ["Xid errors since boot"]
-    verdict = evaluate(GpuPolicy(tolerated_xids=frozenset({13, 79})), facts("xids.txt"))
-    assert verdict.ok and verdict.summary.endswith("only tolerated Xid 13, 79")
+    verdict = evaluate(GpuPolicy(tolerated_xids=frozenset({79})), facts("xids.txt"))
+    assert verdict.ok and verdict.summary.endswith("only tolerated or warning Xid 13, 79")
+    quiet = evaluate(GpuPolicy(tolerated_xids=frozenset({13, 79})), facts("xids.txt"))
+    assert quiet.ok and not any("Xid" in warning for warning in quiet.warnings)
 
 
 def test_unreadable_kernel_log_passes_but_is_not_called_clean():
@@ -185,3 +189,50 @@ def test_no_gpu_expected_passes_through_the_operation(monkeypatch):
 def test_facts_are_frozen():
     with pytest.raises(dataclasses.FrozenInstanceError):
         facts("h200.txt").gpus[0].index = 3  # type: ignore[misc]
+
+
+def xid_section(*codes: int) -> GpuFacts:
+    """The real H200 section (no Xid) with one kernel log line per code, in the driver's format."""
+    lines = (FIXTURES / "h200.txt").read_text().splitlines()
+    at = lines.index("@@gpu:xid@@") + 2  # after source=
+    logged = [f"Nov 29 21:02:11 gpu-host kernel: NVRM: Xid (PCI:0000:00:06): {code}, pid=4242, name=python3" for code in codes]
+    lines[at:] = [*logged, f"xid_total={len(codes)}", *[line for line in lines[at:] if not line.startswith("xid_total=")]]
+    return parse_gpu_output(lines)
+
+
+@pytest.mark.parametrize("code", [13, 31, 43, 45, 94])
+def test_application_fault_xids_only_warn(code):
+    verdict = evaluate(GpuPolicy(), xid_section(code))
+    assert verdict.ok, verdict.report()
+    assert any(f"Xid {code} x1" in warning for warning in verdict.warnings)
+
+
+@pytest.mark.parametrize("code", [48, 64, 74, 79, 95, 119, 120])
+def test_xids_that_need_a_reset_or_reboot_fail_the_host(code):
+    verdict = evaluate(GpuPolicy(), xid_section(13, code))
+    assert [f.check for f in verdict.failures] == ["Xid errors since boot"]
+    assert verdict.failures[0].actual.startswith(f"Xid {code} x1 (")
+    assert evaluate(GpuPolicy(tolerated_xids=frozenset({code})), xid_section(13, code)).ok
+
+
+def test_a_code_outside_the_table_fails_unless_tolerated():
+    assert not evaluate(GpuPolicy(), xid_section(57)).ok
+    assert "(not in hostkit's table)" in evaluate(GpuPolicy(), xid_section(57)).failures[0].actual
+    assert evaluate(GpuPolicy(tolerated_xids=frozenset({57})), xid_section(57)).ok
+
+
+def test_every_rule_names_the_catalog_action():
+    actions = {rule.nvidia_action for rule in XID_RULES.values()}
+    assert actions <= {"RESTART_APP", "IGNORE", "WORKFLOW_XID_45", "XID_154", "RESET_GPU", "RESTART_BM",
+                       "WORKFLOW_XID_48", "WORKFLOW_NVLINK_ERR"}
+    assert all(rule.fatal == (rule.nvidia_action in {"RESET_GPU", "RESTART_BM", "WORKFLOW_XID_48", "WORKFLOW_NVLINK_ERR"})
+               for rule in XID_RULES.values())
+
+
+def test_a_timed_out_command_is_a_warning_of_the_gpu_verdict():
+    lines = (FIXTURES / "h200.txt").read_text().splitlines()
+    at = lines.index("@@gpu:xid@@")
+    lines[at + 1:] = ["source=journalctl", "@@hostkit-timeout@@ journalctl -k -b timed out after 30 s"]
+    facts_ = parse_gpu_output(lines)
+    assert facts_.kernel_log_source is None and facts_.timeouts == ("journalctl -k -b timed out after 30 s",)
+    assert "journalctl -k -b timed out after 30 s" in evaluate(GpuPolicy(), facts_).warnings

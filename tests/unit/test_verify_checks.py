@@ -267,3 +267,12 @@ def test_a_missing_unit_is_one_failure(state):
     unit = {"LoadState": state} if state else {}
     results = check_host(profile, plan, snapshot, Probes(ooms=probes.ooms, unit=unit))
     assert [r.name for r in results if r.area == "vllm"] == ["unit installed"]
+
+
+def test_a_systemctl_past_its_deadline_is_named_first():
+    profile, plan, snapshot, probes = converged()
+    stuck = with_section(snapshot, "vllm", timeouts=("systemctl show vllm.service timed out after 20 s",))
+    results = check_host(profile, plan, stuck, probes)
+    deadline = next(r for r in results if r.name == "unit state read in time")
+    assert not deadline.ok and "systemctl show vllm.service timed out after 20 s" in deadline.message()
+    assert failed(check_host(profile, plan, snapshot, probes)) == {}

@@ -623,6 +623,7 @@ def test_fact_command_matches_hashes_and_modes_to_their_files(tmp_path):
     for name, body in stubs.items():
         (tmp_path / name).write_text(f"#!/bin/sh\n{body}\n")
         (tmp_path / name).chmod(0o755)
+    (tmp_path / "timeout").symlink_to(shutil.which("timeout"))  # coreutils' deadline around systemctl
     result = subprocess.run(["/bin/sh", "-c", VllmServiceFact().command(profile=None)], capture_output=True,
                             text=True, timeout=60, env={"PATH": str(tmp_path)})
     assert result.stdout.splitlines()[1:] == [
