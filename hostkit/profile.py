@@ -92,6 +92,10 @@ ALLOWED: dict[str, str] = {
     "vllm_user": "a non-root user name (lower case, up to 32 characters)",
     "vllm_ready_timeout": "a whole number of seconds >= 1",
     "vllm_hardening": "'standard' or 'strict'",
+    "vllm_watchdog": "true or false",
+    "vllm_watchdog_interval_s": "a whole number of seconds, 1-3600",
+    "vllm_watchdog_failures": "a whole number of consecutive failed checks, 1-100",
+    "vllm_watchdog_max_restarts_per_hour": "a whole number, 0-60 (0: report only, never restart)",
 }
 
 PositiveInt = Annotated[int, Field(ge=1)]
@@ -173,6 +177,10 @@ class HostProfile(BaseModel):
     vllm_user: str = "vllm"
     vllm_ready_timeout: PositiveInt = 1800
     vllm_hardening: Literal["standard", "strict"] = "standard"
+    vllm_watchdog: bool = True
+    vllm_watchdog_interval_s: Annotated[int, Field(ge=1, le=3600)] = 10
+    vllm_watchdog_failures: Annotated[int, Field(ge=1, le=100)] = 3
+    vllm_watchdog_max_restarts_per_hour: Annotated[int, Field(ge=0, le=60)] = 4
 
     @field_validator("swap_size", mode="before")
     @classmethod

@@ -184,12 +184,12 @@ def verify_command() -> str:
 _TOLERATED_WARNINGS = ("Unit uses MemoryLimit=; please use MemoryMax= instead.",)
 
 
-def verify_problems(ok: bool, output_lines: list[str], path: str = VERIFY_PATH) -> list[str]:
+def verify_problems(ok: bool, output_lines: list[str], path: str = VERIFY_PATH, unit: str = VLLM_UNIT) -> list[str]:
     """Failures of `systemd-analyze verify` for our unit. Its warnings (unknown keys, bad
     values "ignoring") exit 0 but mean a directive would silently not apply: refuse them."""
     ours = [
         line for line in output_lines
-        if line.startswith((path, f"{VLLM_UNIT}:"))
+        if line.startswith((path, f"{unit}:"))
         and not any(warning in line for warning in _TOLERATED_WARNINGS)
     ]
     if not ok:
