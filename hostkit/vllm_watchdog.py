@@ -271,7 +271,7 @@ def probe_health(config: Config) -> ProbeResult:
 def probe_completion(config: Config) -> ProbeResult:
     body = {"model": config.model, "prompt": "ping", "max_tokens": 1}
     return http_probe(config, "/v1/completions", "POST", "/v1/completions", config.completion_timeout_s,
-                      body=body, api_key=read_api_key())
+                      body=body, api_key=read_api_key(ENV_FILE))
 
 
 def unit_status(unit: str) -> UnitStatus:
