@@ -27,6 +27,8 @@ Test knobs (environment):
   VLLM_STANDIN_TOKEN_DELAY_MS sleep this long per generated token (default 0)
   VLLM_STANDIN_FAULT          health-500: /health and requests answer 500, the server stays up
                               hang-completions: /health 200, /v1/completions never answer
+  VLLM_STANDIN_FAULT_AFTER_S  serve normally this many seconds first (default 0): the fault
+                              starts after hostkit's readiness gate has seen a healthy server
   VLLM_STANDIN_LEFTOVER=1     the engine process ignores SIGTERM and outlives the server (as
                               vLLM's helper processes can); otherwise it exits with the server
 """
@@ -183,6 +185,11 @@ def watch_engine(server, engine):
         engine_dead(server, f"engine process {engine.pid} exited with status {engine.returncode}")
 
 
+def fault(state):
+    """VLLM_STANDIN_FAULT once VLLM_STANDIN_FAULT_AFTER_S have passed since serving began."""
+    return state["fault"] if time.monotonic() >= state["fault_from"] else ""
+
+
 class StandinServer(ThreadingHTTPServer):
     daemon_threads = True
 
@@ -218,7 +225,7 @@ class Handler(BaseHTTPRequestHandler):
         state = self.server.state
         if state["engine_dead"]:
             return 503
-        return 500 if state["fault"] == "health-500" else None
+        return 500 if fault(state) == "health-500" else None
 
     def do_GET(self):
         state = self.server.state
@@ -248,7 +255,7 @@ class Handler(BaseHTTPRequestHandler):
         if failing:
             self._send(failing, {"error": {"message": "EngineDeadError", "code": failing}})
             return
-        if state["fault"] == "hang-completions":
+        if fault(state) == "hang-completions":
             log("hang-completions: this completion never answers")
             threading.Event().wait()
         try:
@@ -329,6 +336,7 @@ def serve(args):
         "lock": threading.Lock(),
         "running": 0, "succeeded": 0, "prompt_tokens": 0, "generation_tokens": 0,
         "fault": os.environ.get("VLLM_STANDIN_FAULT") or "", "engine_dead": False, "stopping": False,
+        "fault_from": time.monotonic() + float(os.environ.get("VLLM_STANDIN_FAULT_AFTER_S") or 0),
     }
     engine = start_engine()
     server = StandinServer((host, int(port)), state)

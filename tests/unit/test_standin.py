@@ -240,6 +240,16 @@ def test_health_500_mode_keeps_the_server_up(standins):
         process.kill()
 
 
+def test_a_fault_can_start_after_a_healthy_while(standins):
+    process, base = start(standins, VLLM_STANDIN_FAULT="health-500", VLLM_STANDIN_FAULT_AFTER_S="1.5")
+    try:
+        assert get(f"{base}/health")[0] == 200
+        time.sleep(1.6)
+        assert get(f"{base}/health")[0] == 500
+    finally:
+        process.kill()
+
+
 def test_hang_completions_mode_answers_health_but_never_completes(standins):
     process, base = start(standins, VLLM_STANDIN_FAULT="hang-completions")
     try:
