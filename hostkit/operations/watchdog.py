@@ -119,14 +119,15 @@ class WatchdogFact(FactBase):
 # -- operation ------------------------------------------------------------------------------
 
 
-def _check_unit(state, op_host, connector_arguments) -> bool:
-    ok, output = op_host.run_shell_command(StringCommand(f"systemd-analyze verify {WATCHDOG_VERIFY_PATH} 2>&1"),
-                                           **connector_arguments)
+def _check_unit(state, host, connector_arguments) -> bool:
+    # pyinfra passes state and host only to callbacks whose parameters have these names.
+    ok, output = host.run_shell_command(StringCommand(f"systemd-analyze verify {WATCHDOG_VERIFY_PATH} 2>&1"),
+                                        **connector_arguments)
     problems = verify_problems(ok, output.stdout_lines + output.stderr_lines, WATCHDOG_VERIFY_PATH, WATCHDOG_UNIT)
     if problems:
-        op_host.log_styled(f"{WATCHDOG_UNIT}: systemd-analyze verify refused the new unit; the old one stays",
-                           fg="red")
-        _log_lines(op_host, problems)
+        host.log_styled(f"{WATCHDOG_UNIT}: systemd-analyze verify refused the new unit; the old one stays",
+                        fg="red")
+        _log_lines(host, problems)
         return False
     return True
 

@@ -270,3 +270,9 @@ def test_fact_parses_its_command_output():
     state = op.WatchdogFact().process(["unit_sha256=abc", "script_sha256=", "ActiveState=active",
                                        "UnitFileState=enabled"])
     assert state.unit_sha256 == "abc" and state.script_sha256 is None and state.active and state.enabled
+
+
+def test_the_unit_check_callback_gets_state_and_host_from_pyinfra():
+    """pyinfra's FunctionCommand passes (state, host) only to parameters of those names."""
+    import inspect
+    assert list(inspect.signature(op._check_unit).parameters)[:2] == ["state", "host"]
