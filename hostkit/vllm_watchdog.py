@@ -312,7 +312,7 @@ def save_state(state: dict, path: str = STATE_PATH) -> None:
 
 def check(config: Config, state: dict, check_number: int) -> Decision:
     now = time.time()
-    age = lock_age_s(now)
+    age = lock_age_s(now, LOCK_PATH)
     status = unit_status(config.unit)
     probes: tuple[ProbeResult, ...] = ()
     if (age is None or age > config.lock_stale_after_s) and status.running:
@@ -332,7 +332,7 @@ def restart(unit: str) -> str | None:
     return None if result.returncode == 0 else (result.stderr.strip() or f"exit status {result.returncode}")
 
 
-def parse_args(argv: list[str]) -> Config:
+def parse_args(argv: list[str]) -> tuple[Config, str, str, str]:
     parser = argparse.ArgumentParser(description="vLLM health watchdog (vllm-hostkit)")
     parser.add_argument("--unit", default="vllm.service")
     parser.add_argument("--url", required=True, help="http://HOST:PORT of the vLLM server")
@@ -343,16 +343,21 @@ def parse_args(argv: list[str]) -> Config:
     parser.add_argument("--completion-every", type=int, default=6, help="checks between completion probes")
     parser.add_argument("--completion-timeout", type=float, default=30)
     parser.add_argument("--lock-stale-after", type=float, default=5400)
+    parser.add_argument("--state", default=STATE_PATH)
+    parser.add_argument("--env-file", default=ENV_FILE)
+    parser.add_argument("--lock", default=LOCK_PATH)
     args = parser.parse_args(argv)
-    return Config(args.unit, args.url.rstrip("/"), args.model, args.interval, args.failures,
-                  args.max_restarts_per_hour, max(1, args.completion_every), args.completion_timeout,
-                  args.lock_stale_after)
+    config = Config(args.unit, args.url.rstrip("/"), args.model, args.interval, args.failures,
+                    args.max_restarts_per_hour, max(1, args.completion_every), args.completion_timeout,
+                    args.lock_stale_after)
+    return config, args.state, args.env_file, args.lock
 
 
 def main(argv: list[str]) -> None:
-    config = parse_args(argv)
-    state = load_state()
-    print(f"{INFO}watching {config.unit} at {config.url} every {config.interval:g}s: restart after "
+    global ENV_FILE, LOCK_PATH
+    config, state_path, ENV_FILE, LOCK_PATH = parse_args(argv)
+    state = load_state(state_path)
+    print(f"{INFO}watching {config.unit} at {config.url} every {config.interval_s:g}s: restart after "
           f"{config.failures} failed checks, at most {config.max_restarts_per_hour} an hour", flush=True)
     check_number = 0
     while True:
@@ -370,8 +375,8 @@ def main(argv: list[str]) -> None:
                 problem = restart(config.unit)
                 if problem:
                     print(f"{ERROR}restarting {config.unit} failed: {problem}", flush=True)
-            save_state(state)
-        time.sleep(max(0.0, config.interval - (time.monotonic() - started)))
+            save_state(state, state_path)
+        time.sleep(max(0.0, config.interval_s - (time.monotonic() - started)))
 
 
 if __name__ == "__main__":

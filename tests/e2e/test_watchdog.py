@@ -15,6 +15,8 @@ import time
 
 import pytest
 
+from hostkit.doctor.gather import doctor_command, parse_doctor_output
+from hostkit.doctor.rules import diagnose
 from hostkit.readiness import Probe, probe_command
 from tests.standin.install import install_standin
 
@@ -82,6 +84,13 @@ def wait_for(check, timeout: float, interval: float = 1.0):
         time.sleep(interval)
 
 
+def doctor_findings(lab_host, record_as: str) -> dict:
+    """`hostkit doctor`'s probe and rules on the host; the raw output is printed for recording."""
+    output = sh(lab_host, doctor_command())
+    print(f"--- doctor output {record_as} ---\n{output}--- end ---")
+    return {finding.code: finding for finding in diagnose(parse_doctor_output(lab_host.name, output.splitlines())).findings}
+
+
 def report(**figures) -> None:
     print(json.dumps({"test": "watchdog", **figures}))
 
@@ -129,6 +138,8 @@ def test_engine_death_exit_0_is_restarted_by_systemd_and_leaves_no_process(host,
     journal = sh(host, "journalctl -u vllm.service -n 80 -o cat --no-pager")
     assert "EngineDeadError" in journal
     assert not watchdog_state(host).get("restarts"), "systemd's restart, not the watchdog's"
+    died = doctor_findings(host, "engine-death")["vllm-engine-died"]
+    assert any("EngineDeadError" in line for line in died.evidence["journal"])
 
 
 def test_health_500_is_restarted_by_the_watchdog_then_capped(host, fresh_start):
@@ -155,6 +166,9 @@ def test_health_500_is_restarted_by_the_watchdog_then_capped(host, fresh_start):
     assert re.search(r"restarting vllm\.service: 4 consecutive failed checks", journal)  # backoff
     time.sleep(10)  # several more periods: no third restart
     assert len(watchdog_state(host)["restarts"]) == 2
+    restarts = doctor_findings(host, "watchdog-capped")["vllm-watchdog-restarts"]
+    assert restarts.evidence["restarts"] and "stopped at its hourly cap" in restarts.problem
+    assert any("not restarting vllm.service" in line for line in restarts.evidence["journal"])
 
 
 def test_hung_completions_are_restarted_by_the_watchdog(host, fresh_start):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import time
 
 import pytest
 from pyinfra.api import FileUploadCommand, FunctionCommand
@@ -276,3 +277,43 @@ def test_the_unit_check_callback_gets_state_and_host_from_pyinfra():
     """pyinfra's FunctionCommand passes (state, host) only to parameters of those names."""
     import inspect
     assert list(inspect.signature(op._check_unit).parameters)[:2] == ["state", "host"]
+
+
+FAKE_SYSTEMCTL = """#!/bin/sh
+# systemctl for the watchdog's main loop: `show` prints $DIR/show, `restart` logs and starts a new instance.
+case "$1" in
+  show) cat "$FAKE_SYSTEMCTL_DIR/show" ;;
+  restart) echo "$*" >> "$FAKE_SYSTEMCTL_DIR/restarts"
+           printf 'ActiveState=active\\nSubState=running\\nResult=success\\nInvocationID=inv-%s\\n' "$(date +%s%N)" \\
+             > "$FAKE_SYSTEMCTL_DIR/show" ;;
+esac
+"""
+
+
+def test_the_script_restarts_a_500ing_server_and_journals_why(standins, tmp_path):  # noqa: F811
+    """The installed script itself, as systemd runs it, against the stand-in; systemctl faked."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "systemctl").write_text(FAKE_SYSTEMCTL)
+    (bin_dir / "systemctl").chmod(0o755)
+    (tmp_path / "show").write_text("ActiveState=active\nSubState=running\nResult=success\nInvocationID=inv-1\n")
+    env_file = tmp_path / "vllm.env"
+    env_file.write_text('VLLM_API_KEY="k"\n')
+    process, base = start(standins, VLLM_STANDIN_FAULT="health-500")
+    state = tmp_path / "watchdog.json"
+    argv = ["python3", "-I", str(op.resources.files("hostkit").joinpath("vllm_watchdog.py")), "--url", base,
+            "--model", "lab", "--interval", "1", "--failures", "2", "--max-restarts-per-hour", "1",
+            "--state", str(state), "--env-file", str(env_file), "--lock", str(tmp_path / "no.lock")]
+    environment = {"PATH": f"{bin_dir}:/usr/bin:/bin", "FAKE_SYSTEMCTL_DIR": str(tmp_path)}
+    try:
+        watchdog = subprocess.Popen(argv, env=environment, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        time.sleep(9)
+        watchdog.terminate()
+        output = watchdog.communicate(timeout=10)[0]
+    finally:
+        process.kill()
+    assert (tmp_path / "restarts").read_text() == "restart --no-block vllm.service\n", output
+    assert "<4>restarting vllm.service: 2 consecutive failed checks (last: /health: HTTP 500)" in output
+    assert "<3>not restarting vllm.service: 1 watchdog restart(s) in the last hour" in output
+    saved = json.loads(state.read_text())
+    assert saved["restarts_total"] == 1 and len(saved["restarts"]) == 1
