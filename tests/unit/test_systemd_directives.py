@@ -90,3 +90,11 @@ def test_the_newest_unit_is_refused_by_an_older_systemd_and_the_fitted_one_is_no
         assert bool(problems) == refused, (version, problems)
         if refused:
             assert any("RestartSteps" in line for line in problems)
+
+
+def test_coloured_verify_output_is_still_read():
+    """Measured in Debian 11's own root (systemd 247) with TERM=xterm: the warnings come coloured."""
+    coloured = ["\x1b[0;1;38;5;185m/run/vllm-hostkit/verify/vllm.service:38: Unknown key name 'RestartSteps' "
+                "in section 'Service', ignoring.\x1b[0m"]
+    assert ops.verify_problems(True, coloured) == [
+        "/run/vllm-hostkit/verify/vllm.service:38: Unknown key name 'RestartSteps' in section 'Service', ignoring."]
