@@ -73,7 +73,7 @@ CGROUP_FILES = (
 )
 KEPT_JOURNAL_LINES = 5
 # The watchdog's decisions worth reporting (hostkit/vllm_watchdog.py words them so).
-_WATCHDOG_DECISIONS = "restarting |not restarting|start limit|failed"
+_WATCHDOG_DECISIONS = r"restarting |start limit|failed \(result"
 _DIST_INFO = re.compile(r"/vllm-(?P<version>\d+\.\d+\.\d+(?:\.post\d+)?)[^/]*\.dist-info$")
 _THP_SELECTED = re.compile(r"\[([^\]]+)\]")
 
