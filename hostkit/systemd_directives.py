@@ -42,7 +42,8 @@ DIRECTIVES: tuple[DirectiveSupport, ...] = (
     DirectiveSupport("ProtectHostname", 242, None, "hostname changes are not blocked"),
     DirectiveSupport("RestrictSUIDSGID", 242, None, "creating set-uid files is not blocked"),
     DirectiveSupport("OOMPolicy", 243, None,
-                     "an OOM kill of one vLLM process does not stop the whole unit (the watchdog catches it)"),
+                     "an OOM kill of one vLLM process does not stop the whole unit (vLLM exits when its engine dies;"
+                     " the watchdog restarts a server left hanging)"),
     DirectiveSupport("ProtectKernelLogs", 244, None, "the kernel log is readable"),
     DirectiveSupport("ProtectClock", 245, None, "clock changes are blocked only by the system call filter"),
     DirectiveSupport("ProtectProc", 247, None, "other users' processes are visible in /proc"),
