@@ -13,7 +13,7 @@ from pyinfra.api.exceptions import PyinfraError
 
 from hostkit.facts.snapshot import snapshot
 from hostkit.gather import planning_facts
-from hostkit.operations import driver_hold, gpu, kernel, lock, swap, vllm_service
+from hostkit.operations import driver_hold, gpu, kernel, lock, swap, vllm_service, watchdog
 from hostkit.planner import PlanError, plan_host
 from hostkit.plans import HostPlan
 from hostkit.profile import HostProfile, ProfileError, validate_inventory
@@ -76,4 +76,7 @@ def vllm_host() -> None:
     if plan.vllm.enabled:
         vllm_service.vllm_service(name="vLLM systemd unit", plan=plan.vllm, profile=profile)
         vllm_service.vllm_ready(name="vLLM readiness gate", plan=plan.vllm, profile=profile)
+    # After the gate: the watchdog judges a vLLM that has served. Also run when vLLM is
+    # disabled, to remove a watchdog installed before.
+    watchdog.vllm_watchdog(name="vLLM health watchdog", plan=watchdog.watchdog_plan(profile, plan.vllm))
     lock.release_deploy_lock(name="Release the deploy lock")

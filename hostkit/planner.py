@@ -50,6 +50,7 @@ from hostkit.plans import (
 from hostkit.profile import HostProfile, mask
 from hostkit.sizes import GIB, MIB, format_size
 from hostkit.vllm_flags import FlagError, flags_for, known_versions, parse_version, render_flags
+from hostkit.vllm_unit import unit_notes
 
 SWAP_AUTO_MIN = 8 * GIB
 SWAP_AUTO_MAX = 16 * GIB
@@ -137,6 +138,7 @@ def plan_host(profile: HostProfile, facts: PlanningFacts, host_name: str = "this
         found.notes.extend(notes)
     if found.issues:
         raise PlanError(found.issues)
+    found.notes.extend(unit_notes(vllm))
     return HostPlan(
         host=host_name, nvme=nvme, swap=swap, kernel=kernel, vllm=vllm, warnings=found.warnings, notes=found.notes
     )
@@ -316,6 +318,7 @@ def _plan_vllm(
         memory_high_bytes=memory_high,
         memory_swap_max_bytes=memory_swap_max,
         cgroup_version=facts.cgroup_version,
+        systemd_version=facts.systemd_version,
         host=p.vllm_host,
         port=p.vllm_port,
         served_model_name=p.served_model_name,

@@ -78,6 +78,7 @@ class VllmPlan(_Plan):
     memory_high_bytes: int | None = None
     memory_swap_max_bytes: int | None = None
     cgroup_version: int = 2
+    systemd_version: int | None = None  # the unit uses only directives it has (hostkit.systemd_directives)
     host: str = "0.0.0.0"
     port: int = 8000
     served_model_name: str = ""

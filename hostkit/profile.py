@@ -106,6 +106,10 @@ ALLOWED: dict[str, str] = {
     "rollout_undrain_command": "null, a command line (split like a shell does, no shell runs it) or a list of argv words",
     "rollout_hook_timeout": "a whole number of seconds >= 1",
     "rollout_drain_timeout": "a whole number of seconds >= 1",
+    "vllm_watchdog": "true or false",
+    "vllm_watchdog_interval_s": "a whole number of seconds, 1-3600",
+    "vllm_watchdog_failures": "a whole number of consecutive failed checks, 1-100",
+    "vllm_watchdog_max_restarts_per_hour": "a whole number, 0-60 (0: report only, never restart)",
 }
 
 PositiveInt = Annotated[int, Field(ge=1)]
@@ -196,6 +200,10 @@ class HostProfile(BaseModel):
     # for a slower host (a VM without acceleration takes minutes).
     vllm_parse_check_timeout: PositiveInt = 60
     vllm_hardening: Literal["standard", "strict"] = "standard"
+    vllm_watchdog: bool = True
+    vllm_watchdog_interval_s: Annotated[int, Field(ge=1, le=3600)] = 10
+    vllm_watchdog_failures: Annotated[int, Field(ge=1, le=100)] = 3
+    vllm_watchdog_max_restarts_per_hour: Annotated[int, Field(ge=0, le=60)] = 4
     # `hostkit rollout`: run on the controller with the host's name as the last argument,
     # each within rollout_hook_timeout; after the drain, vLLM must show no running request
     # within rollout_drain_timeout.

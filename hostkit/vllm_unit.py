@@ -12,6 +12,7 @@ import re
 
 from hostkit import templates
 from hostkit.plans import VLLM_ENV_FILE, VLLM_UNIT, VllmPlan
+from hostkit.systemd_directives import fit_unit
 
 UNIT_PATH = f"/etc/systemd/system/{VLLM_UNIT}"
 ENV_DIR = VLLM_ENV_FILE.rsplit("/", 1)[0]
@@ -99,6 +100,20 @@ def protect_home(plan: VllmPlan) -> str:
 
 def render_unit(plan: VllmPlan) -> str:
     """The text of /etc/systemd/system/vllm.service for `plan`. UnitError on bad input."""
+    return fit_unit(_render_newest(plan), plan.systemd_version)[0]
+
+
+def unit_notes(plan: VllmPlan) -> list[str]:
+    """What the unit goes without on the plan's systemd, for the plan's notes."""
+    if not plan.enabled:
+        return []
+    try:
+        return fit_unit(_render_newest(plan), plan.systemd_version)[1]
+    except UnitError:
+        return []  # the vLLM operation reports it
+
+
+def _render_newest(plan: VllmPlan) -> str:
     if plan.hardening not in HARDENING_LEVELS:
         raise UnitError(f"vllm_hardening must be one of {HARDENING_LEVELS}, not {plan.hardening!r}")
     if plan.user in ("", "root") or plan.user.isdigit():

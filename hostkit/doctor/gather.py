@@ -12,12 +12,16 @@ The command prints sub-sections between `@@doctor:NAME@@` lines:
 - dist: vllm-*.dist-info directories in the environments of the commands seen, which is
   the installed vLLM release without importing vLLM (that takes seconds and loads torch);
 - oom: the kernel log's OOM lines since boot (hostkit.doctor.kernel_log);
+- engine-deaths: the unit's journal lines of the last 24 h naming EngineDeadError (a count and
+  the last few); watchdog: the health watchdog's restart, cap and start-limit lines of the
+  last 24 h and its state file (hostkit/vllm_watchdog.py);
 - gpu / gpu-apps: `nvidia-smi` memory per GPU and per compute process, when nvidia-smi exists;
 - platform: hostkit.facts.platform's script (automatic upgrades of the NVIDIA driver packages).
 """
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 import subprocess
@@ -30,6 +34,7 @@ from hostkit.doctor.inputs import (
     DoctorInputs,
     GpuMemory,
     HostMemory,
+    KeepAlive,
     KernelTuning,
     UnitMemory,
     VllmProcess,
@@ -38,6 +43,8 @@ from hostkit.doctor.kernel_log import kernel_log_oom_command, parse_kernel_log
 from hostkit.facts.platform import PlatformFact
 from hostkit.facts.platform import script as platform_script
 from hostkit.facts.gpu import parse_compute_apps
+from hostkit.operations.watchdog import STATE_PATH as WATCHDOG_STATE
+from hostkit.operations.watchdog import WATCHDOG_UNIT
 from hostkit.plans import VLLM_UNIT
 
 SUB_MARKER = "@@doctor:"
@@ -47,6 +54,7 @@ UNIT_PROPERTIES = (
     "SubState",
     "MainPID",
     "NRestarts",
+    "Result",
     "MemoryCurrent",
     "MemoryPeak",
     "MemoryMax",
@@ -69,6 +77,9 @@ CGROUP_FILES = (
 )
 # The recorded probe outputs ask in this order; the snapshot's gpu section asks for its own.
 APPS_QUERY = ("gpu_uuid", "pid", "used_memory")
+KEPT_JOURNAL_LINES = 5
+# The watchdog's decisions worth reporting (hostkit/vllm_watchdog.py words them so).
+_WATCHDOG_DECISIONS = r"restarting |start limit|failed \(result"
 _DIST_INFO = re.compile(r"/vllm-(?P<version>\d+\.\d+\.\d+(?:\.post\d+)?)[^/]*\.dist-info$")
 _THP_SELECTED = re.compile(r"\[([^\]]+)\]")
 
@@ -122,6 +133,15 @@ def doctor_command(unit: str = VLLM_UNIT, vllm_command: str | None = None, with_
         f"( {platform_script()} ) 2>/dev/null",
         _marker("oom"),
         kernel_log_oom_command(),
+        _marker("engine-deaths"),
+        'echo "now=$(date +%s)"',
+        f'journalctl -u "$unit" --since -24h -q --no-pager -o short-iso 2>/dev/null | awk \'/EngineDeadError/'
+        f' {{ n++; last[n % {KEPT_JOURNAL_LINES}] = $0 }} END {{ print "count=" n+0;'
+        f' for (i = n - {KEPT_JOURNAL_LINES - 1}; i <= n; i++) if (i > 0) print "line " last[i % {KEPT_JOURNAL_LINES}] }}\'',
+        _marker("watchdog"),
+        f"journalctl -u {WATCHDOG_UNIT} --since -24h -q --no-pager -o short-iso 2>/dev/null"
+        f" | grep -E '{_WATCHDOG_DECISIONS}' | tail -n {KEPT_JOURNAL_LINES} | sed 's/^/line /'",
+        f"[ -r {WATCHDOG_STATE} ] && printf 'state %s\\n' \"$(tr -d '\\n' < {WATCHDOG_STATE})\"",
         "if command -v nvidia-smi >/dev/null 2>&1; then",
         f"  {_marker('gpu')}",
         "  nvidia-smi --query-gpu=index,uuid,memory.total,memory.used --format=csv,noheader,nounits 2>&1;"
@@ -235,6 +255,27 @@ def parse_unit(unit: str, unit_lines: list[str] | None, cgroup_lines: Iterable[s
         oom_kills=_int_or_none(files.get("memory.events.oom_kill")),
         exec_start=_exec_start_argv(props.get("ExecStart", "")),
         last_exit=_last_exit(props.get("ExecStart", "")),
+        result=props.get("Result") or None,
+    )
+
+
+def parse_keepalive(death_lines: list[str], watchdog_lines: list[str]) -> KeepAlive:
+    values = _key_values(line for line in death_lines if not line.startswith("line "))
+    restarts: tuple[float, ...] = ()
+    state_line = next((line[len("state "):] for line in watchdog_lines if line.startswith("state ")), None)
+    if state_line:
+        try:
+            stamps = json.loads(state_line).get("restarts", [])
+            restarts = tuple(float(stamp) for stamp in stamps if isinstance(stamp, (int, float)))
+        except (ValueError, AttributeError):
+            restarts = ()
+    now = values.get("now", "")
+    return KeepAlive(
+        checked_at=float(now) if now.isdigit() else None,
+        engine_death_count=_int_or_none(values.get("count")) or 0,
+        engine_death_lines=tuple(line[len("line "):] for line in death_lines if line.startswith("line ")),
+        watchdog_lines=tuple(line[len("line "):] for line in watchdog_lines if line.startswith("line ")),
+        watchdog_restarts=restarts,
     )
 
 
@@ -387,6 +428,7 @@ def _assemble(host: str, parts: dict[str, list[str]], memory: HostMemory, unit_m
         gpu_query_error=gpu_error,
         platform=PlatformFact().process(parts["platform"]) if "platform" in parts else None,
         notes=tuple(notes),
+        keepalive=parse_keepalive(parts.get("engine-deaths", []), parts.get("watchdog", [])),
     )
 
 

@@ -47,6 +47,7 @@ class UnitMemory:
     oom_kills: int | None = None  # memory.events oom_kill (cgroup v2)
     exec_start: tuple[str, ...] = ()  # the configured command line, split on spaces by systemd's printing
     last_exit: str | None = None  # how the last main process ended, e.g. "exited, status 2"
+    result: str | None = None  # systemd's Result, e.g. "start-limit-hit"
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,22 @@ class GpuMemory:
 
 
 @dataclass(frozen=True)
+class KeepAlive:
+    """What kept vLLM alive lately: engine deaths in its journal, the health watchdog's restarts."""
+
+    checked_at: float | None = None  # the host's clock (unix time) when read
+    engine_death_count: int = 0  # journal lines naming EngineDeadError in the last 24 h
+    engine_death_lines: tuple[str, ...] = ()  # the last few of them
+    watchdog_lines: tuple[str, ...] = ()  # the watchdog's last decisions (restarts, cap, start limit)
+    watchdog_restarts: tuple[float, ...] = ()  # from its state file (unix times)
+
+    def restarts_within(self, seconds: float) -> tuple[float, ...]:
+        if self.checked_at is None:
+            return self.watchdog_restarts
+        return tuple(stamp for stamp in self.watchdog_restarts if self.checked_at - stamp < seconds)
+
+
+@dataclass(frozen=True)
 class DoctorInputs:
     host: str
     memory: HostMemory
@@ -82,6 +99,7 @@ class DoctorInputs:
     gpu_query_error: str | None = None  # nvidia-smi present but failing
     platform: PlatformInfo | None = None
     notes: tuple[str, ...] = field(default=())  # what could not be read
+    keepalive: KeepAlive = field(default_factory=KeepAlive)
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)

@@ -98,6 +98,7 @@ def render_text(diagnoses: Sequence[Diagnosis], unreachable: Sequence[str] = ())
             for finding in diagnosis.findings:
                 lines.append(f"  {finding.severity.value.upper():<8} {finding.code}: {finding.problem}")
                 lines.append(f"  {'':<8} fix: {finding.fix}")
+                lines += [f"  {'':<8} | {line}" for line in finding.evidence.get("journal", [])]
         else:
             lines.append("  no findings")
         counts = {severity: sum(f.severity is severity for f in diagnosis.findings) for severity in Severity}

@@ -282,6 +282,45 @@ def unit_state(ctx: Context) -> Iterator[Finding]:
     )
 
 
+DAY_S = 86400
+
+
+def keepalive(ctx: Context) -> Iterator[Finding]:
+    """Engine deaths, the health watchdog's restarts, a unit at its start limit (issue 24)."""
+    unit, kept = ctx.inputs.unit, ctx.inputs.keepalive
+    watchdog_unit = "vllm-hostkit-watchdog.service"
+    if unit.loaded and unit.active_state == "failed" and unit.result == "start-limit-hit":
+        yield Finding(
+            "vllm-start-limit", Severity.CRITICAL,
+            f"{ctx.unit} hit its start limit: it kept exiting and systemd gave up; it stays failed "
+            "and the health watchdog does not restart it.",
+            f"Find the cause in `journalctl -u {ctx.unit} -b`, fix it, then `systemctl reset-failed {ctx.unit}` "
+            f"and `systemctl start {ctx.unit}` (or re-run the deploy).",
+            {"result": unit.result, "journal": list(kept.watchdog_lines)},
+        )
+    if kept.engine_death_count:
+        yield Finding(
+            "vllm-engine-died", Severity.WARNING,
+            f"vLLM's engine died in the last 24 h ({kept.engine_death_count} journal line(s) name "
+            f"EngineDeadError); the server exited and systemd restarted it.",
+            "Often a request ran the GPU out of memory: lower vllm_gpu_memory_utilization or "
+            "vllm_max_num_seqs, keep chunked prefill on for long prompts; read the lines before "
+            f"the error in `journalctl -u {ctx.unit}`.",
+            {"count": kept.engine_death_count, "journal": list(kept.engine_death_lines)},
+        )
+    restarts = kept.restarts_within(DAY_S)
+    capped = [line for line in kept.watchdog_lines if "not restarting" in line]
+    if restarts or capped:
+        problem = f"The health watchdog restarted {ctx.unit} {len(restarts)} time(s) in the last 24 h"
+        problem += ", and then stopped at its hourly cap." if capped else " (a failing or hung server)."
+        yield Finding(
+            "vllm-watchdog-restarts", Severity.WARNING, problem,
+            f"Read its reasons (`journalctl -u {watchdog_unit}`) and vLLM's journal around those times; "
+            "a server that fails again after each restart needs a fix, not more restarts.",
+            {"restarts": list(restarts), "journal": list(kept.watchdog_lines)},
+        )
+
+
 def memory_limit(ctx: Context) -> Iterator[Finding]:
     unit, memory = ctx.inputs.unit, ctx.inputs.memory
     if not unit.loaded:
@@ -497,6 +536,7 @@ def driver_auto_upgrades(ctx: Context) -> Iterator[Finding]:
 
 RULES: tuple[Rule, ...] = (
     unit_state,
+    keepalive,
     unknown_options,
     oom_kills,
     no_swap,

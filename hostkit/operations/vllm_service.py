@@ -26,6 +26,7 @@ False (see hostkit/operations/gpu.py).
 
 from __future__ import annotations
 
+import re
 import shlex
 from dataclasses import dataclass, fields
 from hashlib import sha256
@@ -222,15 +223,18 @@ def verify_command() -> str:
 
 # systemd 252 warns about MemoryLimit=, the cgroup v1 directive this unit uses on purpose
 # (older v1 systemd knows no MemoryMax=); the gate checks memory.limit_in_bytes after start.
+_ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*m")
 _TOLERATED_WARNINGS = ("Unit uses MemoryLimit=; please use MemoryMax= instead.",)
 
 
-def verify_problems(ok: bool, output_lines: list[str], path: str = VERIFY_PATH) -> list[str]:
+def verify_problems(ok: bool, output_lines: list[str], path: str = VERIFY_PATH, unit: str = VLLM_UNIT) -> list[str]:
     """Failures of `systemd-analyze verify` for our unit. Its warnings (unknown keys, bad
     values "ignoring") exit 0 but mean a directive would silently not apply: refuse them."""
+    # systemd 247 colours its messages when TERM names a terminal, even into a pipe.
+    output_lines = [_ANSI_ESCAPE.sub("", line) for line in output_lines]
     ours = [
         line for line in output_lines
-        if line.startswith((path, f"{VLLM_UNIT}:"))
+        if line.startswith((path, f"{unit}:"))
         and not any(warning in line for warning in _TOLERATED_WARNINGS)
     ]
     if not ok:

@@ -25,6 +25,7 @@ from hostkit.operations.kernel import (
 )
 from hostkit.operations.swap import swap_fstab_line, swap_state
 from hostkit.operations.vllm_service import ENV_FILE_STAT, memory_limit_problem, text_sha256
+from hostkit.operations.watchdog import SCRIPT_PATH, WATCHDOG_UNIT, WATCHDOG_UNIT_PATH, watchdog_plan
 from hostkit.plans import SYSCTL_FILE, THP_UNIT, VLLM_ENV_FILE, VLLM_UNIT, HostPlan, KernelPlan, SwapPlan, VllmPlan
 from hostkit.sizes import MIB, format_size
 from hostkit.verify.probes import KernelLogOoms, Probes, VllmProcess
@@ -336,6 +337,33 @@ def _readiness_checks(plan: VllmPlan, probes: Probes, logs: str) -> list[CheckRe
     return results
 
 
+def watchdog_checks(profile: Any, plan: VllmPlan, probes: Probes, host: str) -> list[CheckResult]:
+    """The health watchdog: installed as the deploy renders it, enabled and running; absent
+    when vllm_watchdog is false."""
+    if not plan.enabled:
+        return []
+    wanted = watchdog_plan(profile, plan)
+    current = probes.watchdog
+    if current is None:
+        return []  # not probed: the probe reads it whenever vLLM is planned
+    if not wanted.enabled:
+        present = bool(current.unit_sha256 or current.script_sha256)
+        return [_check("vllm", "no health watchdog", not present, "none (vllm_watchdog is false)",
+                       "installed" if present else "none", redeploy(host) + " (it removes the watchdog)")]
+    files_ok = (current.unit_sha256 == text_sha256(wanted.unit_text)
+                and current.script_sha256 == text_sha256(wanted.script_text))
+    files = "as rendered" if files_ok else "missing" if current.unit_sha256 is None else "edited or out of date"
+    state = f"{current.unit.get('ActiveState', 'unknown')}/{current.unit.get('SubState', 'unknown')}"
+    enabled = current.unit.get("UnitFileState") or "unknown"
+    return [
+        _check("vllm", "health watchdog installed", files_ok,
+               f"{WATCHDOG_UNIT_PATH} and {SCRIPT_PATH} as hostkit renders them", files, redeploy(host)),
+        _check("vllm", "health watchdog active", current.active and current.enabled, "active/running, enabled",
+               f"{state}, {enabled}",
+               f"systemctl enable --now {WATCHDOG_UNIT}; read journalctl -u {WATCHDOG_UNIT}"),
+    ]
+
+
 # -- kernel log ----------------------------------------------------------------------------
 
 
@@ -373,5 +401,6 @@ def check_host(profile: Any, plan: HostPlan, snapshot: Any, probes: Probes) -> l
         *gpu_checks(profile, snapshot.gpu),
         *deadline_checks(snapshot.vllm),
         *vllm_checks(plan.vllm, snapshot.vllm, probes, host),
+        *watchdog_checks(profile, plan.vllm, probes, host),
         *oom_checks(probes.ooms),
     ]

@@ -8,6 +8,7 @@
 - process: the main PID's argv (from /proc, NUL-separated, so exact), its effective uid
   and user, and a sha256 of the VLLM_API_KEY in its environment (the key never leaves
   the host).
+- watchdog: the installed health watchdog (hostkit.operations.watchdog's fact).
 - oom: the `Killed process` lines of the kernel log since boot (`journalctl -k -b`, else
   `dmesg`); an unreadable log is "unknown", never "clean".
 
@@ -20,6 +21,7 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass, field
 
+from hostkit.operations.watchdog import WatchdogFact, WatchdogState
 from hostkit.plans import VLLM_UNIT, VllmPlan
 from hostkit.readiness import Probe
 from hostkit.readiness import probe_command as readiness_probe_command
@@ -75,6 +77,7 @@ class Probes:
     unit: dict[str, str] = field(default_factory=dict)  # systemctl show; empty when vLLM is not planned
     readiness: Readiness | None = None
     process: VllmProcess | None = None
+    watchdog: WatchdogState | None = None  # None when vLLM is not planned
 
 
 def _mark(name: str) -> str:
@@ -142,6 +145,7 @@ def probe_command(plan: VllmPlan, ready_timeout_s: int | None = None) -> str:
             "interval": POLL_INTERVAL_S,
             "properties": " ".join(f"-p {name}" for name in UNIT_PROPERTIES),
         })
+        parts += [_mark("watchdog"), WatchdogFact().command()]
     parts.append("true")
     return "\n".join(parts)
 
@@ -232,4 +236,5 @@ def parse_probes(output: list[str]) -> Probes:
         unit=_parse_unit(parts.get("unit", [])),
         readiness=readiness,
         process=_parse_process(parts.get("process", [])),
+        watchdog=WatchdogFact().process(parts["watchdog"]) if "watchdog" in parts else None,
     )

@@ -13,7 +13,11 @@ library alone. It imitates what hostkit relies on:
 - it "loads" for a few seconds without binding its port (so /health refuses connections,
   like vLLM's), then serves /health, /v1/models, /v1/completions and /metrics; /v1/* need
   `Authorization: Bearer KEY` when --api-key or VLLM_API_KEY is set;
-- SIGTERM stops it cleanly.
+- SIGTERM stops it cleanly;
+- it runs an "engine" child process, as vLLM runs VLLM::EngineCore: when that process dies
+  (`kill -9`), or on SIGUSR1, the engine is dead and the server does what vLLM 0.32/0.33 do
+  (field-notes.md): EngineDeadError in the log, /health and requests answer 503, then the
+  HTTP server shuts down and the process exits with status 0.
 
 The release: VLLM_STANDIN_VERSION, else "version" in standin.json next to the lib directory.
 Test knobs (environment):
@@ -21,6 +25,12 @@ Test knobs (environment):
   VLLM_STANDIN_ALLOCATE_MB    allocate and touch this many MiB while loading, and hold them
   VLLM_STANDIN_CRASH=1        exit 1 while loading (so does the model path /nonexistent)
   VLLM_STANDIN_TOKEN_DELAY_MS sleep this long per generated token (default 0)
+  VLLM_STANDIN_FAULT          health-500: /health and requests answer 500, the server stays up
+                              hang-completions: /health 200, /v1/completions never answer
+  VLLM_STANDIN_FAULT_AFTER_S  serve normally this many seconds first (default 0): the fault
+                              starts after hostkit's readiness gate has seen a healthy server
+  VLLM_STANDIN_LEFTOVER=1     the engine process ignores SIGTERM and outlives the server (as
+                              vLLM's helper processes can); otherwise it exits with the server
 """
 
 import argparse
@@ -29,6 +39,7 @@ import os
 import re
 import signal
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -141,6 +152,44 @@ def allocate(megabytes):
         log(f"allocated {done} MiB of {megabytes} MiB")
 
 
+ENGINE_DEATH_EXIT_DELAY_S = 1.0
+# The "engine" process: it sleeps; it leaves with the server unless told to linger.
+_ENGINE_CODE = (
+    "import os, signal, sys, time\n"
+    "linger = sys.argv[1] == '1'\n"
+    "if linger: signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+    "parent = os.getppid()\n"
+    "while linger or os.getppid() == parent: time.sleep(0.5)\n"
+)
+
+
+def start_engine():
+    linger = "1" if os.environ.get("VLLM_STANDIN_LEFTOVER") == "1" else "0"
+    return subprocess.Popen([sys.executable, "-I", "-c", _ENGINE_CODE, linger, "VLLM::EngineCore (stand-in)"])
+
+
+def engine_dead(server, why):
+    """What vLLM does when its engine dies: EngineDeadError, 503s, then a clean exit (status 0)."""
+    state = server.state
+    if state["engine_dead"]:
+        return
+    state["engine_dead"] = True
+    log(f"ERROR EngineDeadError: EngineCore encountered an issue ({why}). See stack trace for the root cause.")
+    log("engine dead: shutting the API server down")
+    threading.Timer(ENGINE_DEATH_EXIT_DELAY_S, server.shutdown).start()
+
+
+def watch_engine(server, engine):
+    engine.wait()
+    if not server.state["stopping"]:
+        engine_dead(server, f"engine process {engine.pid} exited with status {engine.returncode}")
+
+
+def fault(state):
+    """VLLM_STANDIN_FAULT once VLLM_STANDIN_FAULT_AFTER_S have passed since serving began."""
+    return state["fault"] if time.monotonic() >= state["fault_from"] else ""
+
+
 class StandinServer(ThreadingHTTPServer):
     daemon_threads = True
 
@@ -171,9 +220,19 @@ class Handler(BaseHTTPRequestHandler):
             return False
         return True
 
+    def _failing(self):
+        """The status every request gets from a dead or faulty engine, or None."""
+        state = self.server.state
+        if state["engine_dead"]:
+            return 503
+        return 500 if fault(state) == "health-500" else None
+
     def do_GET(self):
         state = self.server.state
-        if self.path == "/health":
+        failing = self._failing()
+        if failing and self.path != "/metrics":
+            self._send(failing, {"error": {"message": "EngineDeadError", "code": failing}})
+        elif self.path == "/health":
             self._send(200, b"", "text/plain")
         elif self.path == "/metrics":
             self._send(200, metrics(state).encode(), "text/plain; version=0.0.4")
@@ -192,6 +251,13 @@ class Handler(BaseHTTPRequestHandler):
         if not self._authorised():
             return
         state = self.server.state
+        failing = self._failing()
+        if failing:
+            self._send(failing, {"error": {"message": "EngineDeadError", "code": failing}})
+            return
+        if fault(state) == "hang-completions":
+            log("hang-completions: this completion never answers")
+            threading.Event().wait()
         try:
             request = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
         except ValueError:
@@ -269,12 +335,24 @@ def serve(args):
         "started": int(time.time()),
         "lock": threading.Lock(),
         "running": 0, "succeeded": 0, "prompt_tokens": 0, "generation_tokens": 0,
+        "fault": os.environ.get("VLLM_STANDIN_FAULT") or "", "engine_dead": False, "stopping": False,
+        "fault_from": time.monotonic() + float(os.environ.get("VLLM_STANDIN_FAULT_AFTER_S") or 0),
     }
+    engine = start_engine()
     server = StandinServer((host, int(port)), state)
-    signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=server.shutdown).start())
-    log(f"ready: http://{host}:{port} serving {state['served']}")
+
+    def stop(*_):
+        state["stopping"] = True
+        threading.Thread(target=server.shutdown).start()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGUSR1, lambda *_: engine_dead(server, "SIGUSR1"))
+    threading.Thread(target=watch_engine, args=(server, engine), daemon=True).start()
+    log(f"ready: http://{host}:{port} serving {state['served']} (engine pid {engine.pid}"
+        f"{', fault ' + state['fault'] if state['fault'] else ''})")
     server.serve_forever()
-    log("stopped by SIGTERM")
+    state["stopping"] = True
+    log("engine dead: exiting with status 0, as vLLM does" if state["engine_dead"] else "stopped by SIGTERM")
 
 
 def main():

@@ -136,3 +136,18 @@ def test_local_gather_uses_psutil_for_memory():
     inputs = gather_local()
     assert inputs.memory.ram_total_bytes == psutil.virtual_memory().total
     assert inputs.tuning.swappiness is not None
+
+
+def test_keepalive_sections_are_parsed():
+    from hostkit.doctor.gather import parse_keepalive
+
+    deaths = ["now=1800000000", "count=7",
+              "line 2026-12-01T08:10:01+00:00 lab1 vllm[812]: ERROR EngineDeadError: EngineCore encountered an issue."]
+    watchdog = ["line 2026-12-01T08:11:02+00:00 lab1 python3[640]: restarting vllm.service: 2 consecutive failed "
+                "checks (last: /health: HTTP 500); watchdog restart 1 of at most 2 an hour",
+                'state {"version": 1, "restarts": [1799999000.5, "bad"], "restarts_total": 1}']
+    kept = parse_keepalive(deaths, watchdog)
+    assert (kept.checked_at, kept.engine_death_count) == (1800000000.0, 7)
+    assert kept.engine_death_lines[0].endswith("EngineCore encountered an issue.")
+    assert kept.watchdog_restarts == (1799999000.5,) and kept.watchdog_lines[0].startswith("2026-12-01T08:11:02")
+    assert parse_keepalive([], ["state {not json"]).watchdog_restarts == ()

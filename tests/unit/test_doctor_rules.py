@@ -298,3 +298,29 @@ def test_the_doctor_reads_the_platform_of_this_host():
 
     platform = gather_local().platform
     assert platform is not None and platform.python is not None
+
+
+# -- keeping vLLM alive (issue 24) ----------------------------------------------------------
+
+
+def test_a_unit_at_its_start_limit_is_critical_with_the_watchdogs_lines():
+    inputs = healthy()
+    failed = replace(inputs.unit, active_state="failed", sub_state="failed", result="start-limit-hit")
+    watchdog = replace(inputs.keepalive, watchdog_lines=(
+        "2026-12-01T08:10:00+00:00 m1 vllm-watchdog[412]: vllm.service hit its start limit (StartLimitBurst) and "
+        "stays failed: the watchdog does not restart it.",))
+    diagnosis = diagnose(replace(inputs, unit=failed, keepalive=watchdog))
+    limit = finding(diagnosis, "vllm-start-limit")
+    assert limit.severity is Severity.CRITICAL and "systemctl reset-failed vllm.service" in limit.fix
+    assert limit.evidence["journal"] == list(watchdog.watchdog_lines)
+    assert "vllm-start-limit" not in codes(diagnose(replace(inputs, unit=replace(failed, result="exit-code"))))
+
+
+def test_watchdog_restarts_of_the_last_day_are_reported_and_older_ones_not():
+    inputs = healthy()
+    now = 1_800_000_000.0
+    kept = replace(inputs.keepalive, checked_at=now, watchdog_restarts=(now - 2 * 86400, now - 600, now - 60))
+    restarts = finding(diagnose(replace(inputs, keepalive=kept)), "vllm-watchdog-restarts")
+    assert restarts.problem.startswith("The health watchdog restarted vllm.service 2 time(s) in the last 24 h")
+    assert "vllm-watchdog-restarts" not in codes(diagnose(replace(inputs, keepalive=replace(
+        kept, watchdog_restarts=(now - 2 * 86400,)))))

@@ -106,6 +106,13 @@ BAD_INPUTS = [
     ({"vllm_command": "vllm"}, "vllm_command", "absolute path"),
     ({"vllm_version": "0.4.3"}, "vllm_command", "python"),
     ({"vllm_served_model_name": ""}, "vllm_served_model_name", "non-empty"),
+    ({"vllm_watchdog": "on"}, "vllm_watchdog = 'on'", "true or false"),
+    ({"vllm_watchdog_interval_s": 0}, "vllm_watchdog_interval_s = 0", "1-3600"),
+    ({"vllm_watchdog_interval_s": 2.5}, "vllm_watchdog_interval_s", "whole number of seconds"),
+    ({"vllm_watchdog_failures": 0}, "vllm_watchdog_failures = 0", "1-100"),
+    ({"vllm_watchdog_max_restarts_per_hour": -1}, "vllm_watchdog_max_restarts_per_hour = -1", "0-60"),
+    ({"vllm_watchdog_max_restart_per_hour": 2}, "vllm_watchdog_max_restart_per_hour",
+     "did you mean vllm_watchdog_max_restarts_per_hour?"),
 ]
 
 
@@ -178,6 +185,8 @@ def test_defaults_match_the_data_contract():
     assert profile.vllm_memory_max == profile.vllm_memory_high == profile.vllm_memory_swap_max == "auto"
     assert profile.vllm_ready_timeout == 1800 and profile.vllm_hardening == "standard"
     assert profile.served_model_name == MODEL
+    assert profile.vllm_watchdog is True and profile.vllm_watchdog_interval_s == 10
+    assert (profile.vllm_watchdog_failures, profile.vllm_watchdog_max_restarts_per_hour) == (3, 4)
 
 
 def test_pyinfra_and_user_keys_are_ignored():

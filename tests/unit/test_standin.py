@@ -182,3 +182,79 @@ def test_hostkit_probe_reads_the_key_from_the_env_file(serving):
     without_key = subprocess.run(["sh", "-c", probe_command("127.0.0.1", port, "/nonexistent")],
                                  capture_output=True, text=True, timeout=30).stdout
     assert Probe.parse(without_key).models_status == 401
+
+
+def start(standins, **env: str) -> tuple[subprocess.Popen, str]:
+    port = free_port()
+    process = subprocess.Popen([str(standins["0.33.0"]), "serve", "/models/qwen", "--served-model-name", "lab",
+                                "--host", "127.0.0.1", "--port", str(port)],
+                               env=clean_env(VLLM_STANDIN_LOAD_SECONDS="0", VLLM_API_KEY="k", **env),
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_for_port(port)
+    return process, f"http://127.0.0.1:{port}"
+
+
+def engine_pid(process: subprocess.Popen) -> int:
+    children = Path(f"/proc/{process.pid}/task/{process.pid}/children").read_text().split()
+    return int(children[0])
+
+
+@pytest.mark.parametrize("how", ["kill -9 of the engine", "SIGUSR1"])
+def test_engine_death_answers_503_then_exits_0_like_vllm(standins, how):
+    process, base = start(standins)
+    try:
+        engine = engine_pid(process)
+        if how == "SIGUSR1":
+            process.send_signal(signal.SIGUSR1)
+        else:
+            os.kill(engine, signal.SIGKILL)
+        time.sleep(0.3)
+        assert get(f"{base}/health")[0] == 503
+        assert process.wait(timeout=10) == 0
+        assert "EngineDeadError" in process.stderr.read()
+    finally:
+        process.kill()
+
+
+def test_the_engine_leaves_with_the_server_unless_told_to_linger(standins):
+    for linger, survives in (("0", False), ("1", True)):
+        process, _ = start(standins, VLLM_STANDIN_LEFTOVER=linger)
+        engine = engine_pid(process)
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=10) == 0
+        time.sleep(1.5)
+        alive = Path(f"/proc/{engine}").exists() and "Z" not in Path(f"/proc/{engine}/stat").read_text().split()[2]
+        if alive:
+            os.kill(engine, signal.SIGKILL)
+        assert alive == survives, f"VLLM_STANDIN_LEFTOVER={linger}"
+
+
+def test_health_500_mode_keeps_the_server_up(standins):
+    process, base = start(standins, VLLM_STANDIN_FAULT="health-500")
+    try:
+        assert get(f"{base}/health")[0] == 500
+        assert post(f"{base}/v1/completions", {"model": "lab", "prompt": "x", "max_tokens": 1}, "k")[0] == 500
+        time.sleep(1.5)
+        assert process.poll() is None and get(f"{base}/health")[0] == 500
+    finally:
+        process.kill()
+
+
+def test_a_fault_can_start_after_a_healthy_while(standins):
+    process, base = start(standins, VLLM_STANDIN_FAULT="health-500", VLLM_STANDIN_FAULT_AFTER_S="1.5")
+    try:
+        assert get(f"{base}/health")[0] == 200
+        time.sleep(1.6)
+        assert get(f"{base}/health")[0] == 500
+    finally:
+        process.kill()
+
+
+def test_hang_completions_mode_answers_health_but_never_completes(standins):
+    process, base = start(standins, VLLM_STANDIN_FAULT="hang-completions")
+    try:
+        assert get(f"{base}/health") == (200, b"")
+        with pytest.raises(TimeoutError):
+            post(f"{base}/v1/completions", {"model": "lab", "prompt": "x", "max_tokens": 1}, "k")
+    finally:
+        process.kill()

@@ -20,7 +20,7 @@ from hostkit.readiness import Probe
 from hostkit.verify.checks import AREAS, check_host, server_argv
 from hostkit.verify.probes import KernelLogOoms, Probes, Readiness, parse_probes
 from hostkit.vllm_unit import render_env, render_unit
-from verify_replay import LAB_DATA, SECRET, recorded, rendered_today
+from verify_replay import LAB_DATA, SECRET, probed_today, recorded, rendered_today
 
 SWAP = "/mnt/nvme/vllm-hostkit.swap"
 
@@ -30,7 +30,7 @@ def observed(state: str):
     snapshot_lines = rendered_today(recorded(f"debian12-{state}.snapshot.txt"), keep_unit=state == "broken")
     snapshot = HostSnapshotFact().process(snapshot_lines)
     plan = plan_host(profile, planning_facts(snapshot), host_name="lab1")
-    return profile, plan, snapshot, parse_probes(recorded(f"debian12-{state}.probe.txt"))
+    return profile, plan, snapshot, parse_probes(probed_today(recorded(f"debian12-{state}.probe.txt")))
 
 
 def converged():
@@ -276,3 +276,21 @@ def test_a_systemctl_past_its_deadline_is_named_first():
     deadline = next(r for r in results if r.name == "unit state read in time")
     assert not deadline.ok and "systemctl show vllm.service timed out after 20 s" in deadline.message()
     assert failed(check_host(profile, plan, snapshot, probes)) == {}
+
+
+def test_the_watchdog_is_checked_installed_and_active():
+    profile, plan, snapshot, probes = converged()
+    results = {r.name: r for r in check_host(profile, plan, snapshot, probes)}
+    assert results["health watchdog installed"].ok and results["health watchdog active"].ok
+    stopped = dataclasses.replace(probes.watchdog, unit={**probes.watchdog.unit, "ActiveState": "inactive",
+                                                         "SubState": "dead"})
+    message = failed(check_host(profile, plan, snapshot, dataclasses.replace(probes, watchdog=stopped)))
+    assert message == {"health watchdog active": "health watchdog active: expected active/running, enabled; "
+                       "actual inactive/dead, enabled; fix: systemctl enable --now vllm-hostkit-watchdog.service; "
+                       "read journalctl -u vllm-hostkit-watchdog.service"}
+    edited = dataclasses.replace(probes.watchdog, script_sha256="0" * 64)
+    assert "health watchdog installed" in failed(check_host(profile, plan, snapshot,
+                                                            dataclasses.replace(probes, watchdog=edited)))
+    off = profile.model_copy(update={"vllm_watchdog": False})
+    assert failed(check_host(off, plan, snapshot, probes))["no health watchdog"].endswith(
+        "(it removes the watchdog)")

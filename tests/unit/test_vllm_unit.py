@@ -215,7 +215,7 @@ def test_no_limit_planned_means_no_memory_directive():
 
 def test_restart_oom_and_limits():
     unit = render_unit(PLAN)
-    for line in ("Restart=on-failure", "RestartSec=10", "StartLimitIntervalSec=600", "StartLimitBurst=5",
+    for line in ("Restart=always", "RestartSec=10", "RestartSteps=5", "RestartMaxDelaySec=120", "StartLimitIntervalSec=600", "StartLimitBurst=5",
                  "OOMPolicy=stop", "KillMode=mixed", "TimeoutStartSec=180", "LimitNOFILE=1048576",
                  "LimitMEMLOCK=infinity"):
         assert f"\n{line}\n" in unit
@@ -262,10 +262,20 @@ def test_home_paths_get_read_only_home():
 needs_systemd_analyze = pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="no systemd-analyze")
 
 
+def local_systemd_version() -> int | None:
+    """This machine's systemd release (`systemd-analyze --version`: "systemd 252 (252.38-1~deb12u1)")."""
+    if shutil.which("systemd-analyze") is None:
+        return None
+    words = subprocess.run(["systemd-analyze", "--version"], capture_output=True, text=True).stdout.split()
+    return int(words[1]) if len(words) > 1 and words[1].isdigit() else None
+
+
 def _unit_dir(tmp_path: Path, p: VllmPlan) -> Path:
-    # verify needs an existing executable; the user need not exist.
+    # verify needs an existing executable; the user need not exist. Rendered for the local
+    # systemd, as the deploy renders for the host's.
     unit = tmp_path / "vllm.service"
-    unit.write_text(render_unit(p.model_copy(update={"argv": ["/bin/true", *p.argv[1:]]})))
+    unit.write_text(render_unit(p.model_copy(update={"argv": ["/bin/true", *p.argv[1:]],
+                                                     "systemd_version": local_systemd_version()})))
     return unit
 
 

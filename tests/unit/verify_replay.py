@@ -18,6 +18,7 @@ from hostkit.facts.snapshot import HostSnapshotFact
 from hostkit.gather import planning_facts
 from hostkit.operations.kernel import render_sysctl_file, render_thp_unit
 from hostkit.operations.vllm_service import text_sha256
+from hostkit.operations.watchdog import watchdog_plan
 from hostkit.planner import plan_host
 from hostkit.profile import profile_from_data
 from hostkit.verify.probes import MARKER as PROBE_MARKER
@@ -68,13 +69,27 @@ def rendered_today(snapshot: list[str], keep_unit: bool = False) -> list[str]:
     return out
 
 
+def probed_today(probe: list[str]) -> list[str]:
+    """A recorded probe output plus the health watchdog's section, which the recordings
+    predate: the watchdog as today's deploy installs it, running (hashes of today's files)."""
+    if f"{PROBE_MARKER}watchdog@@" in probe:
+        return probe
+    profile = profile_from_data("lab1", LAB_DATA)
+    plan = plan_host(profile, planning_facts(HostSnapshotFact().process(recorded("debian12-converged.snapshot.txt"))))
+    wanted = watchdog_plan(profile, plan.vllm)
+    section = [f"{PROBE_MARKER}watchdog@@", f"unit_sha256={text_sha256(wanted.unit_text)}",
+               f"script_sha256={text_sha256(wanted.script_text)}", "LoadState=loaded", "ActiveState=active",
+               "SubState=running", "UnitFileState=enabled", "NeedDaemonReload=no"]
+    return [*probe, *section]
+
+
 class FakeHost:
     """A testinfra host whose `run` answers the snapshot and probe commands with recorded output."""
 
     def __init__(self, error: Exception | None = None):
         self.outputs = {
             SNAPSHOT_MARKER: "\n".join(rendered_today(recorded("debian12-converged.snapshot.txt"))),
-            PROBE_MARKER: "\n".join(recorded("debian12-converged.probe.txt")),
+            PROBE_MARKER: "\n".join(probed_today(recorded("debian12-converged.probe.txt"))),
         }
         self.error = error
         self.commands: list[str] = []
