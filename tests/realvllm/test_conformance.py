@@ -23,7 +23,6 @@ METRICS = ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_ca
            "vllm:request_success_total", "vllm:prompt_tokens_total", "vllm:generation_tokens_total",
            "process_resident_memory_bytes")
 EXIT_AFTER_ENGINE_DEATH_S = 30
-STANDIN_FIXED = pytest.mark.xfail(strict=True, reason="stand-in corrected on branch keepalive")
 
 
 def probe(server: srv.Server, env_file: str) -> Probe:
@@ -85,7 +84,7 @@ def engine_process(server: srv.Server) -> srv.Proc | None:
 
 
 @pytest.mark.kills_the_engine
-@pytest.mark.parametrize("vllm_server", ["real", pytest.param("standin", marks=STANDIN_FIXED)], indirect=True)
+@pytest.mark.parametrize("vllm_server", ["real", "standin"], indirect=True)
 def test_engine_death_answers_503_then_exits_0(vllm_server):
     """kill -9 of the worker: /health 503, then the API server exits with status 0 (field notes)."""
     victim = engine_process(vllm_server)
