@@ -35,7 +35,7 @@ from hostkit.vllm_flags import (
 )
 
 DEFAULT_SYSCTL = {"vm.swappiness": "10"}
-HOSTKIT_PREFIXES = ("swap_", "thp_", "gpu_", "vllm_", "nvme_", "sysctl")
+HOSTKIT_PREFIXES = ("swap_", "thp_", "gpu_", "vllm_", "nvme_", "sysctl", "monitoring_")
 SIZE_KEYS = ("swap_size", "vllm_memory_max", "vllm_memory_high", "vllm_memory_swap_max")
 SECRET_ENV = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
 
@@ -92,6 +92,10 @@ ALLOWED: dict[str, str] = {
     "vllm_user": "a non-root user name (lower case, up to 32 characters)",
     "vllm_ready_timeout": "a whole number of seconds >= 1",
     "vllm_hardening": "'standard' or 'strict'",
+    "monitoring_enabled": "true or false",
+    "monitoring_interval_s": "a whole number of seconds from 5 to 3600",
+    "monitoring_textfile_dir": "an absolute directory path without whitespace",
+    "monitoring_node_exporter": "true or false",
 }
 
 PositiveInt = Annotated[int, Field(ge=1)]
@@ -174,6 +178,11 @@ class HostProfile(BaseModel):
     vllm_ready_timeout: PositiveInt = 1800
     vllm_hardening: Literal["standard", "strict"] = "standard"
 
+    monitoring_enabled: bool = True
+    monitoring_interval_s: Annotated[int, Field(ge=5, le=3600)] = 15
+    monitoring_textfile_dir: str = "/var/lib/prometheus/node-exporter"
+    monitoring_node_exporter: bool = False
+
     @field_validator("swap_size", mode="before")
     @classmethod
     def _swap_size(cls, value: Any) -> Any:
@@ -207,6 +216,13 @@ class HostProfile(BaseModel):
     @classmethod
     def _vllm_command(cls, value: str) -> str:
         return _check_path(value, "vllm_command")
+
+    @field_validator("monitoring_textfile_dir")
+    @classmethod
+    def _textfile_dir(cls, value: str) -> str:
+        if posixpath.normpath(value) == "/":
+            raise _invalid(ALLOWED["monitoring_textfile_dir"])
+        return _check_path(value, "monitoring_textfile_dir")
 
     @field_validator("sysctl", mode="before")
     @classmethod

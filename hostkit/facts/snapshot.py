@@ -20,6 +20,7 @@ from pyinfra.api import FactBase, Host
 
 from hostkit.facts.gpu import GpuFact
 from hostkit.facts.kernel import KernelFact
+from hostkit.facts.monitoring import MonitoringFact
 from hostkit.facts.storage import StorageFact
 from hostkit.facts.system import SystemFact
 from hostkit.facts.vllm_service import VllmServiceFact
@@ -33,6 +34,7 @@ SECTIONS: tuple[type[FactBase], ...] = (
     KernelFact,
     StorageFact,
     VllmServiceFact,
+    MonitoringFact,
 )
 
 
