@@ -69,6 +69,18 @@ class GpuMemory:
 
 
 @dataclass(frozen=True)
+class CollectorMetrics:
+    """hostkit's monitoring collector's metrics file (hostkit.monitoring), as read on the host."""
+
+    path: str
+    age_s: int  # seconds since the collector last wrote it
+    samples: dict[str, float]  # `name{labels}` -> value, as the file spells them
+
+    def value(self, name: str) -> float | None:
+        return self.samples.get(name)
+
+
+@dataclass(frozen=True)
 class DoctorInputs:
     host: str
     memory: HostMemory
@@ -80,6 +92,7 @@ class DoctorInputs:
     gpus: tuple[GpuMemory, ...] = ()
     gpu_query_error: str | None = None  # nvidia-smi present but failing
     notes: tuple[str, ...] = field(default=())  # what could not be read
+    collector: CollectorMetrics | None = None  # None: no metrics file on the host
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)

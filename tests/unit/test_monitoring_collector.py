@@ -214,3 +214,45 @@ def test_state_restarts_at_a_new_boot(tmp_path):
     path.write_text(json.dumps({"boot_id": "old", "kmsg_seq": 99, "xids": {"79": 1}, "unit_ooms": 2}))
     assert collector.load_state(str(path), "old")["unit_ooms"] == 2
     assert collector.load_state(str(path), "new") == {"boot_id": "new", "kmsg_seq": -1, "xids": {}, "unit_ooms": 0}
+
+
+def recorded_kmsg_records() -> list[bytes]:
+    """The recorded /dev/kmsg dump split back into the records read(2) returns, one each."""
+    data = (MON / "debian12-oom-kmsg.bin").read_bytes()
+    records, current = [], b""
+    for line in data.splitlines(keepends=True):
+        if line.startswith(b" ") and current:
+            current += line  # a dictionary line of the record before
+        else:
+            if current:
+                records.append(current)
+            current = line
+    return records + [current]
+
+
+def test_the_recorded_oom_kill_of_a_unit_is_counted_from_the_kernel_log():
+    records = [collector.parse_kmsg_record(record) for record in recorded_kmsg_records()]
+    assert all(records) and len(records) > 300
+    last, xids, unit_ooms = collector.scan_kernel_log(records, -1, "/system.slice/vllm.service")
+    assert (xids, unit_ooms) == ({}, 1)
+    assert last == max(seq for seq, _ in records)
+    assert collector.scan_kernel_log(records, -1, "/system.slice/other.service")[2] == 0
+    assert collector.scan_kernel_log(records, last, "/system.slice/vllm.service")[2] == 0  # counted once
+
+
+def test_reading_a_kmsg_device_never_blocks(tmp_path):
+    """read_kmsg on a FIFO with a writer that stays open: it returns at once, without waiting."""
+    import os
+    import time
+
+    fifo = tmp_path / "kmsg"
+    os.mkfifo(fifo)
+    writer = os.open(fifo, os.O_RDWR | os.O_NONBLOCK)
+    try:
+        os.write(writer, b"6,7,100,-;hello")
+        started = time.monotonic()
+        assert list(collector.read_kmsg(str(fifo))) == [(7, "hello")]
+        assert time.monotonic() - started < 1
+    finally:
+        os.close(writer)
+    assert list(collector.read_kmsg(str(tmp_path / "missing"))) == []
