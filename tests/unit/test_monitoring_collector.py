@@ -256,3 +256,14 @@ def test_reading_a_kmsg_device_never_blocks(tmp_path):
     finally:
         os.close(writer)
     assert list(collector.read_kmsg(str(tmp_path / "missing"))) == []
+
+
+def test_h200_gpu_memory_split_between_the_vllm_cgroup_and_others():
+    """Recorded on an H200: pid 574 in /system.slice/vllm.service held 8 GiB, pid 575 outside 3 GiB."""
+    recorded = MON / "h200-vllm-cgroup"
+    cgroups = {574: (recorded / "proc-inside-cgroup").read_text(), 575: (recorded / "proc-outside-cgroup").read_text()}
+    gpus = collector.parse_gpu_query((recorded / "query-gpu.csv").read_text())
+    apps = collector.parse_compute_apps((recorded / "query-compute-apps.csv").read_text())
+    assert [pid for _, pid, _ in apps] == [574, 575]
+    rows = collector.gpu_memory(gpus, apps, lambda pid: collector.in_cgroup(cgroups[pid], "/system.slice/vllm.service"))
+    assert rows == [("0", 12499 * MIB, 143771 * MIB, 3682 * MIB)]  # only pid 575's memory is "others"
