@@ -129,3 +129,23 @@ def test_monitoring_disabled_removes_what_hostkit_installed():
                  "/var/lib/prometheus/node-exporter/hostkit.prom"):
         assert path in command
     assert not MonitoringState().installed and converged_state(p).installed
+
+
+def test_the_recorded_snapshot_section_of_a_provisioned_lab_host():
+    from pathlib import Path
+
+    from hostkit.facts.monitoring import MonitoringFact
+    from hostkit.verify.checks import monitoring_checks
+
+    lines = (Path(__file__).parent / "fixtures" / "monitoring" / "debian12-snapshot-section.txt").read_text().splitlines()
+    state = MonitoringFact().process(lines)
+    assert set(state.file_sha256) == {COLLECTOR_PATH, SERVICE_PATH, TIMER_PATH, NODE_EXPORTER_DROPIN}
+    assert (state.timer_enabled, state.timer_active, state.node_exporter_installed) == ("enabled", "active", True)
+    assert state.textfile_age_s == 4 and state.textfile_path == "/var/lib/prometheus/node-exporter/hostkit.prom"
+    p = profile(monitoring_node_exporter=True, monitoring_interval_s=5)
+    # The recorded units are today's renders for that profile (the collector file changes with the code).
+    wanted = wanted_files(p)
+    for path in (SERVICE_PATH, TIMER_PATH, NODE_EXPORTER_DROPIN):
+        assert state.file_sha256[path] == text_sha256(wanted[path]), path
+    results = {r.name: r.ok for r in monitoring_checks(p, state, "main1")}
+    assert results["collector timer active"] and results["metrics file fresh"] and results["node_exporter serving"]
