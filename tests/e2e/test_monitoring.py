@@ -231,8 +231,9 @@ def test_alerts_fire_on_a_memory_overrun_in_the_unit(monitored, tmp_path):
         # takes about 10 MiB besides what it allocates).
         near_limit = int(MEMORY_MAX_MIB * 0.93) - current - 10
         kills_before = sh(lab_host, "dmesg | grep -c 'Killed process' || true").strip()
-        sh(lab_host, f"echo {near_limit} > /tmp/hog-target && nohup python3 -c {shlex.quote(HOG)} "
-                     f"{cgroup_dir} /tmp/hog-target > /tmp/hog.log 2>&1 &")
+        # Detached from the ssh session (stdin too), so the command returns at once.
+        sh(lab_host, f"echo {near_limit} > /tmp/hog-target && setsid nohup python3 -c {shlex.quote(HOG)} "
+                     f"{cgroup_dir} /tmp/hog-target < /dev/null > /tmp/hog.log 2>&1 &")
         peak_alert = wait_for(lambda: firing(base, "HostkitVllmMemoryPeakNearLimit"), 150,
                               "HostkitVllmMemoryPeakNearLimit firing")
         assert sh(lab_host, "dmesg | grep -c 'Killed process' || true").strip() == kills_before  # no kill yet

@@ -267,3 +267,27 @@ def test_h200_gpu_memory_split_between_the_vllm_cgroup_and_others():
     assert [pid for _, pid, _ in apps] == [574, 575]
     rows = collector.gpu_memory(gpus, apps, lambda pid: collector.in_cgroup(cgroups[pid], "/system.slice/vllm.service"))
     assert rows == [("0", 12499 * MIB, 143771 * MIB, 3682 * MIB)]  # only pid 575's memory is "others"
+
+
+def test_health_probe_over_a_plain_socket():
+    import http.server
+    import threading
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200 if self.path == "/health" else 503)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    port = server.server_address[1]
+    try:
+        assert collector.health_ok(f"http://127.0.0.1:{port}/health", 3)
+        assert not collector.health_ok(f"http://127.0.0.1:{port}/dead", 3)
+    finally:
+        server.shutdown()
+    assert not collector.health_ok(f"http://127.0.0.1:{port}/health", 1)  # refused
+    assert not collector.health_ok("", 1) and not collector.health_ok("http://127.0.0.1:notaport/health", 1)
