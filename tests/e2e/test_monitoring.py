@@ -231,9 +231,10 @@ def test_alerts_fire_on_a_memory_overrun_in_the_unit(monitored, tmp_path):
         # takes about 10 MiB besides what it allocates).
         near_limit = int(MEMORY_MAX_MIB * 0.93) - current - 10
         kills_before = sh(lab_host, "dmesg | grep -c 'Killed process' || true").strip()
-        # Detached from the ssh session (stdin too), so the command returns at once.
-        sh(lab_host, f"echo {near_limit} > /tmp/hog-target && setsid nohup python3 -c {shlex.quote(HOG)} "
-                     f"{cgroup_dir} /tmp/hog-target < /dev/null > /tmp/hog.log 2>&1 &")
+        # Started by systemd, not under the ssh session (a background job there kept the
+        # session open); it then moves itself into the vLLM unit's cgroup.
+        sh(lab_host, f"echo {near_limit} > /tmp/hog-target && systemd-run --quiet --no-block --unit=hostkit-hog "
+                     f"python3 -c {shlex.quote(HOG)} {cgroup_dir} /tmp/hog-target")
         peak_alert = wait_for(lambda: firing(base, "HostkitVllmMemoryPeakNearLimit"), 150,
                               "HostkitVllmMemoryPeakNearLimit firing")
         assert sh(lab_host, "dmesg | grep -c 'Killed process' || true").strip() == kills_before  # no kill yet
