@@ -13,7 +13,7 @@ from pyinfra.api.exceptions import PyinfraError
 
 from hostkit.facts.snapshot import snapshot
 from hostkit.gather import planning_facts
-from hostkit.operations import driver_hold, gpu, kernel, lock, swap, vllm_service, watchdog
+from hostkit.operations import driver_hold, gpu, kernel, lock, monitoring, swap, vllm_service, watchdog
 from hostkit.planner import PlanError, plan_host
 from hostkit.plans import HostPlan
 from hostkit.profile import HostProfile, ProfileError, validate_inventory
@@ -73,6 +73,8 @@ def vllm_host() -> None:
     swap.swap_file(name="Swap file on NVMe", plan=plan.swap, profile=profile)
     kernel.sysctl_settings(name="Kernel memory sysctls", plan=plan.kernel, profile=profile)
     kernel.transparent_hugepages(name="Transparent hugepages", plan=plan.kernel, profile=profile)
+    # Before the vLLM unit: a host whose vLLM fails to start is the one to watch.
+    monitoring.monitoring(name="Memory monitoring", profile=profile)
     if plan.vllm.enabled:
         vllm_service.vllm_service(name="vLLM systemd unit", plan=plan.vllm, profile=profile)
         vllm_service.vllm_ready(name="vLLM readiness gate", plan=plan.vllm, profile=profile)

@@ -36,7 +36,7 @@ from hostkit.vllm_flags import (
 )
 
 DEFAULT_SYSCTL = {"vm.swappiness": "10"}
-HOSTKIT_PREFIXES = ("swap_", "thp_", "gpu_", "vllm_", "nvme_", "sysctl")
+HOSTKIT_PREFIXES = ("swap_", "thp_", "gpu_", "vllm_", "nvme_", "sysctl", "monitoring_")
 SIZE_KEYS = ("swap_size", "vllm_memory_max", "vllm_memory_high", "vllm_memory_swap_max")
 # A name one of whose words (split on _ and -) ends in one of these looks secret (HF_TOKEN,
 # AWS_SECRET_ACCESS_KEY, OPENAI_APIKEY, --api-key); TOKENIZERS_PARALLELISM or MAX_TOKENS do not.
@@ -110,6 +110,10 @@ ALLOWED: dict[str, str] = {
     "vllm_watchdog_interval_s": "a whole number of seconds, 1-3600",
     "vllm_watchdog_failures": "a whole number of consecutive failed checks, 1-100",
     "vllm_watchdog_max_restarts_per_hour": "a whole number, 0-60 (0: report only, never restart)",
+    "monitoring_enabled": "true or false",
+    "monitoring_interval_s": "a whole number of seconds from 5 to 3600",
+    "monitoring_textfile_dir": "an absolute directory path without whitespace",
+    "monitoring_node_exporter": "true or false",
 }
 
 PositiveInt = Annotated[int, Field(ge=1)]
@@ -226,6 +230,11 @@ class HostProfile(BaseModel):
             raise _invalid(ALLOWED[info.field_name])
         return value
 
+    monitoring_enabled: bool = True
+    monitoring_interval_s: Annotated[int, Field(ge=5, le=3600)] = 15
+    monitoring_textfile_dir: str = "/var/lib/prometheus/node-exporter"
+    monitoring_node_exporter: bool = False
+
     @field_validator("swap_size", mode="before")
     @classmethod
     def _swap_size(cls, value: Any) -> Any:
@@ -259,6 +268,13 @@ class HostProfile(BaseModel):
     @classmethod
     def _vllm_command(cls, value: str) -> str:
         return _check_path(value, "vllm_command")
+
+    @field_validator("monitoring_textfile_dir")
+    @classmethod
+    def _textfile_dir(cls, value: str) -> str:
+        if posixpath.normpath(value) == "/":
+            raise _invalid(ALLOWED["monitoring_textfile_dir"])
+        return _check_path(value, "monitoring_textfile_dir")
 
     @field_validator("sysctl", mode="before")
     @classmethod

@@ -40,9 +40,10 @@ def doctor(inventory: str | None, local: bool, limit: tuple[str, ...], fmt: str,
 def _diagnose_inventory(inventory: str, limit: list[str], unit: str):
     from pyinfra.api.exceptions import PyinfraError
 
-    from hostkit.doctor.gather import gather_host
+    from hostkit.doctor.gather import DEFAULT_METRICS_FILE, gather_host
     from hostkit.doctor.rules import Finding, Severity, diagnose
     from hostkit.fleet import connected_hosts
+    from hostkit.monitoring import textfile_path
     from hostkit.profile import ProfileError, load_inventory, profile_from_data
 
     try:
@@ -62,7 +63,8 @@ def _diagnose_inventory(inventory: str, limit: list[str], unit: str):
         with connected_hosts(inventory, limit or None) as hosts:
             for host in hosts:
                 profile = profiles.get(host.name)
-                diagnosis = diagnose(gather_host(host, unit, profile.vllm_command if profile else None), profile)
+                metrics = textfile_path(profile.monitoring_textfile_dir) if profile else DEFAULT_METRICS_FILE
+                diagnosis = diagnose(gather_host(host, unit, profile.vllm_command if profile else None, metrics), profile)
                 if host.name in invalid:
                     diagnosis = replace(diagnosis, findings=(*diagnosis.findings, Finding(
                         "inventory-data-invalid", Severity.WARNING,

@@ -17,6 +17,7 @@ The command prints sub-sections between `@@doctor:NAME@@` lines:
   last 24 h and its state file (hostkit/vllm_watchdog.py);
 - gpu / gpu-apps: `nvidia-smi` memory per GPU and per compute process, when nvidia-smi exists;
 - platform: hostkit.facts.platform's script (automatic upgrades of the NVIDIA driver packages).
+- metrics: the monitoring collector's metrics file and its age, when the file exists.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from pyinfra.api import FactBase
 
 from hostkit.doctor.inputs import (
     UNLIMITED_FLOOR,
+    CollectorMetrics,
     DoctorInputs,
     GpuMemory,
     HostMemory,
@@ -45,7 +47,11 @@ from hostkit.facts.platform import script as platform_script
 from hostkit.facts.gpu import parse_compute_apps
 from hostkit.operations.watchdog import STATE_PATH as WATCHDOG_STATE
 from hostkit.operations.watchdog import WATCHDOG_UNIT
+from hostkit.monitoring import textfile_path
 from hostkit.plans import VLLM_UNIT
+from hostkit.profile import HostProfile
+
+DEFAULT_METRICS_FILE = textfile_path(HostProfile.model_fields["monitoring_textfile_dir"].default)
 
 SUB_MARKER = "@@doctor:"
 UNIT_PROPERTIES = (
@@ -88,9 +94,11 @@ def _marker(name: str) -> str:
     return f"echo '{SUB_MARKER}{name}@@'"
 
 
-def doctor_command(unit: str = VLLM_UNIT, vllm_command: str | None = None, with_proc: bool = True) -> str:
+def doctor_command(unit: str = VLLM_UNIT, vllm_command: str | None = None, with_proc: bool = True,
+                   metrics_file: str = DEFAULT_METRICS_FILE) -> str:
     """The probe script. `with_proc=False` leaves out meminfo and ps (local runs use psutil)."""
     q_unit = shlex.quote(unit)
+    q_metrics = shlex.quote(metrics_file)
     extra_command = f"echo {shlex.quote(vllm_command)}" if vllm_command else ":"
     cgroup_files = " ".join(CGROUP_FILES)
     lines = []
@@ -148,6 +156,10 @@ def doctor_command(unit: str = VLLM_UNIT, vllm_command: str | None = None, with_
         ' echo "rc=$?"',
         f"  {_marker('gpu-apps')}",
         f"  nvidia-smi --query-compute-apps={','.join(APPS_QUERY)} --format=csv,noheader,nounits 2>&1",
+        "fi",
+        f"if [ -r {q_metrics} ]; then",
+        f"  {_marker('metrics')}",
+        f'  echo "path={metrics_file}"; echo "age=$(( $(date +%s) - $(stat -c %Y {q_metrics}) ))"; cat {q_metrics}',
         "fi",
         "true",
     ]
@@ -395,6 +407,25 @@ def parse_gpus(gpu_lines: list[str] | None, app_lines: list[str] | None, vllm_pi
     return tuple(gpus), None
 
 
+def parse_collector_metrics(lines: list[str] | None) -> CollectorMetrics | None:
+    """The metrics sub-section: `path=`, `age=`, then Prometheus text format."""
+    if lines is None:
+        return None
+    path, age, samples = "", 0, {}
+    for line in lines:
+        if line.startswith("path="):
+            path = line[len("path="):]
+        elif line.startswith("age="):
+            age = _int_or_none(line[len("age="):]) or 0
+        elif line and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            try:
+                samples[name] = float(value)
+            except ValueError:
+                continue
+    return CollectorMetrics(path=path, age_s=age, samples=samples)
+
+
 def parse_doctor_output(host: str, output: list[str], unit: str = VLLM_UNIT) -> DoctorInputs:
     parts = split_sub_sections(output)
     unit_memory = parse_unit(unit, parts.get("unit"), parts.get("cgroup", []))
@@ -429,14 +460,16 @@ def _assemble(host: str, parts: dict[str, list[str]], memory: HostMemory, unit_m
         platform=PlatformFact().process(parts["platform"]) if "platform" in parts else None,
         notes=tuple(notes),
         keepalive=parse_keepalive(parts.get("engine-deaths", []), parts.get("watchdog", [])),
+        collector=parse_collector_metrics(parts.get("metrics")),
     )
 
 
 class DoctorFact(FactBase):
     """Everything `hostkit doctor` reads, in one command. Always exits 0."""
 
-    def command(self, unit: str = VLLM_UNIT, vllm_command: str | None = None) -> str:
-        return doctor_command(unit, vllm_command)
+    def command(self, unit: str = VLLM_UNIT, vllm_command: str | None = None,
+                metrics_file: str = DEFAULT_METRICS_FILE) -> str:
+        return doctor_command(unit, vllm_command, metrics_file=metrics_file)
 
     def process(self, output: list[str]) -> list[str]:
         # The host name is not known here; `gather_host` parses with it.
@@ -500,7 +533,8 @@ def _local_vllm_process(main_pid: int | None) -> VllmProcess | None:
     )
 
 
-def gather_host(host, unit: str = VLLM_UNIT, vllm_command: str | None = None) -> DoctorInputs:
+def gather_host(host, unit: str = VLLM_UNIT, vllm_command: str | None = None,
+                metrics_file: str = DEFAULT_METRICS_FILE) -> DoctorInputs:
     """One connected pyinfra host, one command."""
-    output = host.get_fact(DoctorFact, unit=unit, vllm_command=vllm_command)
+    output = host.get_fact(DoctorFact, unit=unit, vllm_command=vllm_command, metrics_file=metrics_file)
     return parse_doctor_output(host.name, output, unit)

@@ -87,6 +87,18 @@ class KeepAlive:
 
 
 @dataclass(frozen=True)
+class CollectorMetrics:
+    """hostkit's monitoring collector's metrics file (hostkit.monitoring), as read on the host."""
+
+    path: str
+    age_s: int  # seconds since the collector last wrote it
+    samples: dict[str, float]  # `name{labels}` -> value, as the file spells them
+
+    def value(self, name: str) -> float | None:
+        return self.samples.get(name)
+
+
+@dataclass(frozen=True)
 class DoctorInputs:
     host: str
     memory: HostMemory
@@ -100,6 +112,7 @@ class DoctorInputs:
     platform: PlatformInfo | None = None
     notes: tuple[str, ...] = field(default=())  # what could not be read
     keepalive: KeepAlive = field(default_factory=KeepAlive)
+    collector: CollectorMetrics | None = None  # None: no metrics file on the host
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)

@@ -534,6 +534,46 @@ def driver_auto_upgrades(ctx: Context) -> Iterator[Finding]:
     )
 
 
+# -- hostkit's collector -------------------------------------------------------------------
+
+
+def collector_metrics(ctx: Context) -> Iterator[Finding]:
+    """What hostkit's monitoring collector recorded: the unit's high-water mark (which the
+    cgroup loses when the unit restarts), OOM kills and watchdog restarts since boot."""
+    from hostkit.monitoring import STALE_INTERVALS
+
+    metrics = ctx.inputs.collector
+    if metrics is None:
+        if ctx.profile is not None and ctx.profile.monitoring_enabled:
+            yield Finding("monitoring-missing", Severity.WARNING, "hostkit's memory metrics file is missing.",
+                          "Re-run the deploy (monitoring_enabled installs the collector), then "
+                          "`systemctl status vllm-hostkit-monitor.timer`.")
+        return
+    interval = metrics.value("hostkit_collector_interval_seconds") or 15
+    if metrics.age_s > STALE_INTERVALS * interval:
+        yield Finding("monitoring-stale", Severity.WARNING,
+                      f"{metrics.path} was last written {metrics.age_s}s ago (the collector runs every {interval:.0f}s).",
+                      "`systemctl status vllm-hostkit-monitor.timer vllm-hostkit-monitor.service`; re-run the deploy.",
+                      {"age_s": metrics.age_s})
+    peak, limit = metrics.value("hostkit_vllm_memory_peak_bytes"), metrics.value("hostkit_vllm_memory_max_bytes")
+    unit_ooms = metrics.value("hostkit_vllm_oom_kills_total") or 0
+    watchdog = metrics.value("hostkit_vllm_watchdog_restarts_total")
+    facts = []
+    if peak is not None:
+        facts.append(f"unit peak {format_size(int(peak))}" + (f" ({_pct(peak, limit)} of MemoryMax)" if limit else ""))
+    facts.append(f"{unit_ooms:.0f} OOM kills in the unit since boot")
+    if watchdog is not None:
+        facts.append(f"{watchdog:.0f} watchdog restarts")
+    evidence = {"peak_bytes": peak, "max_bytes": limit, "unit_oom_kills": unit_ooms, "watchdog_restarts": watchdog}
+    if peak is not None and limit and peak > UNIT_PEAK_PRESSURE_FRACTION * limit:
+        yield Finding("monitoring-peak-near-limit", Severity.WARNING,
+                      f"The collector saw the unit's memory peak at {_pct(peak, limit)} of MemoryMax: " + "; ".join(facts),
+                      "Lower vllm_max_num_seqs (or raise vllm_memory_max if RAM allows) and re-run the deploy.",
+                      evidence)
+        return
+    yield Finding("monitoring-summary", Severity.INFO, "hostkit's collector: " + "; ".join(facts) + ".", "", evidence)
+
+
 RULES: tuple[Rule, ...] = (
     unit_state,
     keepalive,
@@ -549,6 +589,7 @@ RULES: tuple[Rule, ...] = (
     swappiness,
     transparent_hugepages,
     driver_auto_upgrades,
+    collector_metrics,
 )
 
 

@@ -20,6 +20,7 @@ from pyinfra.api import FactBase, Host
 
 from hostkit.facts.gpu import GpuFact
 from hostkit.facts.kernel import KernelFact
+from hostkit.facts.monitoring import MonitoringFact
 from hostkit.facts.platform import PlatformFact
 from hostkit.facts.storage import StorageFact
 from hostkit.facts.system import SystemFact
@@ -35,6 +36,7 @@ SECTIONS: tuple[type[FactBase], ...] = (
     StorageFact,
     VllmServiceFact,
     PlatformFact,
+    MonitoringFact,
 )
 
 

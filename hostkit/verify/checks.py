@@ -16,6 +16,7 @@ from typing import Any
 from hostkit.facts.kernel import THP_DIR, THP_UNIT_PATH, KernelState, sysctl_key
 from hostkit.facts.storage import SWAP_FILE_SELINUX_TYPE, StorageInfo
 from hostkit.gpu_policy import GpuPolicy, evaluate
+from hostkit.monitoring import STALE_INTERVALS, TIMER
 from hostkit.operations.kernel import (
     render_sysctl_file,
     render_thp_unit,
@@ -23,6 +24,7 @@ from hostkit.operations.kernel import (
     wanted_sysctl,
     wanted_thp,
 )
+from hostkit.operations.monitoring import wanted_files
 from hostkit.operations.swap import swap_fstab_line, swap_state
 from hostkit.operations.vllm_service import ENV_FILE_STAT, memory_limit_problem, text_sha256
 from hostkit.operations.watchdog import SCRIPT_PATH, WATCHDOG_UNIT, WATCHDOG_UNIT_PATH, watchdog_plan
@@ -33,7 +35,7 @@ from hostkit.vllm_unit import UNIT_PATH, memory_directives, render_env, render_u
 
 # /proc/swaps leaves out the page mkswap writes its header to (4 KiB, 64 KiB on some arm64).
 SWAP_SIZE_TOLERANCE = 1 * MIB
-AREAS = ("swap", "kernel", "gpu", "vllm", "oom")
+AREAS = ("swap", "kernel", "gpu", "vllm", "oom", "monitoring")
 
 
 @dataclass(frozen=True)
@@ -389,6 +391,40 @@ def deadline_checks(service: Any) -> list[CheckResult]:
                    "see what blocks systemd (systemctl list-jobs; journalctl -b -u systemd), or reboot the host")]
 
 
+# -- monitoring ----------------------------------------------------------------------------
+
+
+def monitoring_checks(profile: Any, state: Any, host: str) -> list[CheckResult]:
+    """`state` is the snapshot's monitoring section (hostkit.facts.monitoring.MonitoringState)."""
+    if not profile.monitoring_enabled:
+        return [_check("monitoring", "no monitoring installed", not state.installed,
+                       "no hostkit collector (monitoring_enabled: false)",
+                       "installed" if state.installed else "none", redeploy(host) + " (it removes it)")]
+    stale_files = sorted(path for path, text in wanted_files(profile).items()
+                         if state.file_sha256.get(path) != text_sha256(text))
+    timer = f"{state.timer_enabled or 'not installed'}, {state.timer_active or 'inactive'}"
+    results = [
+        _check("monitoring", "collector installed", not stale_files,
+               "the collector and its units as hostkit renders them", "as rendered" if not stale_files else
+               "missing or different: " + ", ".join(stale_files), redeploy(host)),
+        _check("monitoring", "collector timer active", (state.timer_enabled, state.timer_active) == ("enabled", "active"),
+               f"{TIMER} enabled, active", timer, f"systemctl enable --now {TIMER}"),
+    ]
+    limit = STALE_INTERVALS * profile.monitoring_interval_s
+    age = state.textfile_age_s
+    results.append(_check("monitoring", "metrics file fresh", age is not None and age <= limit,
+                          f"{state.textfile_path} written in the last {limit}s ({STALE_INTERVALS} intervals)",
+                          "no metrics file" if age is None else f"written {age}s ago",
+                          f"journalctl -u {TIMER.replace('.timer', '.service')} -b; systemctl start {TIMER}"))
+    if profile.monitoring_node_exporter:
+        exporter = (f"{'installed' if state.node_exporter_installed else 'not installed'}, "
+                    f"{state.node_exporter_enabled or 'disabled'}, {state.node_exporter_active or 'inactive'}")
+        results.append(_check("monitoring", "node_exporter serving", state.node_exporter_installed
+                              and (state.node_exporter_enabled, state.node_exporter_active) == ("enabled", "active"),
+                              "prometheus-node-exporter installed, enabled, active", exporter, redeploy(host)))
+    return results
+
+
 # -- one host ------------------------------------------------------------------------------
 
 
@@ -403,4 +439,5 @@ def check_host(profile: Any, plan: HostPlan, snapshot: Any, probes: Probes) -> l
         *vllm_checks(plan.vllm, snapshot.vllm, probes, host),
         *watchdog_checks(profile, plan.vllm, probes, host),
         *oom_checks(probes.ooms),
+        *monitoring_checks(profile, snapshot.monitoring, host),
     ]

@@ -42,7 +42,8 @@ def lab_data() -> dict:
 LAB_CPUS = 1
 LANES = {
     "lane-a": ("test_main_deploy.py", "test_bad_input.py", "test_doctor_smoke.py", "test_security.py",
-               "test_rollout.py", "test_verify.py", "test_kernel.py[debian13]", "test_vllm_service.py[v2]"),
+               "test_monitoring.py", "test_rollout.py", "test_verify.py", "test_kernel.py[debian13]",
+               "test_vllm_service.py[v2]"),
     "lane-b": ("test_swap.py", "test_faults.py", "test_kernel.py[debian12]", "test_vllm_service.py[v1]",
                "test_distros.py", "test_watchdog.py"),
 }
@@ -50,7 +51,8 @@ LANES = {
 # Boots are the slowest part of the lab (qemu TCG), so some modules share hosts. Those run
 # first, in this order, next to the others sharing their hosts, and each shared host is removed
 # after the last test that uses it (see pytest_runtest_teardown). The rest run in file order.
-MAIN_HOST_MODULES = ("test_main_deploy.py", "test_bad_input.py", "test_doctor_smoke.py", "test_security.py")
+MAIN_HOST_MODULES = ("test_main_deploy.py", "test_bad_input.py", "test_doctor_smoke.py", "test_security.py",
+                     "test_monitoring.py")
 FLEET_MODULES = ("test_rollout.py", "test_verify.py")
 MODULE_ORDER = (*MAIN_HOST_MODULES, *FLEET_MODULES)
 

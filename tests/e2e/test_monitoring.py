@@ -1,0 +1,250 @@
+"""Memory monitoring end to end: the collector and Debian's node_exporter on a lab host, a real
+Prometheus (the distribution's binary, tests/prometheus_dist.py) on this machine scraping it
+through ssh port-forwards, and the shipped alert rules firing on a real memory overrun.
+
+On the shared `main_host` (boots are slow under qemu TCG), after a deploy of this module's
+data (node_exporter on, a 5 s collector interval, a small MemoryMax with no MemoryHigh and
+no swap for the unit, so an overrun is killed at once): the deploy converges, verify passes
+the monitoring checks, the collector's cost is measured, then a memory hog inside the vLLM
+unit's cgroup holds it above 90% of MemoryMax until HostkitVllmMemoryPeakNearLimit fires,
+and grows until the OOM killer kills it, which fires HostkitVllmOomKill and HostkitHostOomKill.
+The rules are the shipped file with each `for:` shortened to 10 s: the expressions and
+thresholds are the shipped ones.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import socket
+import statistics
+import subprocess
+import time
+import urllib.parse
+import urllib.request
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+
+import pytest
+
+from hostkit.facts.monitoring import MonitoringFact
+from hostkit.profile import profile_from_data
+from hostkit.pyinfra_runner import run_pyinfra, write_inventory
+from tests.e2e.conftest import MAIN_DEPLOY, REPO, lab_data
+from tests.e2e.test_doctor_smoke import forwarded, hostkit
+from tests.prometheus_dist import prometheus_bin
+
+pytestmark = pytest.mark.lab
+
+MIB = 2**20
+MEMORY_MAX_MIB = 256
+MONITOR_DATA = {
+    "vllm_served_model_name": "lab-model",
+    "vllm_env": {"VLLM_STANDIN_LOAD_SECONDS": "2"},
+    "vllm_ready_timeout": 240,
+    "vllm_memory_max": f"{MEMORY_MAX_MIB}M",
+    "vllm_memory_high": None,
+    "vllm_memory_swap_max": "0",
+    "monitoring_node_exporter": True,
+    "monitoring_interval_s": 5,
+}
+RULES = REPO / "hostkit" / "monitoring" / "alerts.rules.yml"
+COLLECTOR_ARGS = ("--textfile-dir /tmp/hostkit-cost --unit vllm.service --interval 5 "
+                  "--health-url http://127.0.0.1:8000/health --state-dir /tmp/hostkit-cost")
+
+# Moves itself into the unit's cgroup, then allocates (and touches) MiB by MiB up to the
+# target named in a control file, re-read every half second: the test raises it.
+HOG = """
+import os, sys, time
+cgroup, control = sys.argv[1], sys.argv[2]
+with open(cgroup + "/cgroup.procs", "w") as procs:
+    procs.write(str(os.getpid()))
+held = []
+while True:
+    target = int(open(control).read())
+    while len(held) < target:
+        held.append(bytearray(b"x" * 2**20))
+    time.sleep(0.5)
+"""
+
+
+def exposed(text: str) -> dict[str, float]:
+    """`name{labels}` -> value of a Prometheus text exposition."""
+    values = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            values[name] = float(value)
+    return values
+
+
+def sh(lab_host, command: str, timeout: float = 120) -> str:
+    result = lab_host.ssh(command, timeout=timeout)
+    assert result.returncode == 0, f"`{command}` exited {result.returncode}: {result.stderr}"
+    return result.stdout
+
+
+@pytest.fixture(scope="module")
+def monitored(main_host, tmp_path_factory):
+    """(lab host, inventory): deployed twice with MONITOR_DATA; the second run's output."""
+    data = {**main_host.pyinfra_data(), **lab_data(), **MONITOR_DATA}
+    inventory = write_inventory(tmp_path_factory.mktemp("monitoring") / "inventory.py", [(main_host.name, data)])
+    first = run_pyinfra(inventory, MAIN_DEPLOY, cwd=REPO)
+    assert first.ok, first.output[-4000:]
+    assert "vLLM host | Memory monitoring" in first.changed
+    second = run_pyinfra(inventory, MAIN_DEPLOY, cwd=REPO)
+    assert second.ok, second.output[-4000:]
+    return main_host, inventory, second
+
+
+def test_the_deploy_converges_and_verify_checks_the_collector(monitored):
+    lab_host, inventory, rerun = monitored
+    assert rerun.changed == [], f"a rerun changed: {rerun.changed}"
+    assert "prometheus-node-exporter --collector.textfile.directory=/var/lib/prometheus/node-exporter" in sh(
+        lab_host, "ps -eo args | grep [n]ode-exporter")
+    metrics = sh(lab_host, "python3 -c \"import urllib.request;"
+                 "print(urllib.request.urlopen('http://127.0.0.1:9100/metrics', timeout=10).read().decode())\"")
+    values = exposed(metrics)  # node_exporter re-exposes the file (in its own number format)
+    assert values["hostkit_vllm_up"] == 1
+    assert values["hostkit_vllm_memory_max_bytes"] == MEMORY_MAX_MIB * MIB
+    assert time.time() - values["hostkit_collector_last_success_timestamp_seconds"] < 60
+    result = hostkit("verify", str(inventory), "--format", "json")
+    (host,) = json.loads(result.stdout)["hosts"]
+    monitoring = {check["name"]: check for check in host["checks"] if check["area"] == "monitoring"}
+    assert set(monitoring) == {"collector installed", "collector timer active", "metrics file fresh",
+                               "node_exporter serving"}
+    assert all(check["ok"] for check in monitoring.values()), monitoring
+    assert host["remote_commands"] == 2
+    raw = sh(lab_host, MonitoringFact().command(profile=profile_from_data(lab_host.name, {**lab_data(), **MONITOR_DATA})))
+    print(raw)  # the snapshot section as the deploy reads it (tests/unit/fixtures/monitoring/)
+    state = MonitoringFact().process(raw.splitlines())
+    assert state.node_exporter_installed and state.timer_active == "active" and len(state.file_sha256) == 4
+
+
+def test_collector_cost_per_run(monitored):
+    """Wall and CPU time of one collector run on the lab host (1 vCPU, qemu TCG), median of 10."""
+    lab_host = monitored[0]
+    script = ("import resource, subprocess, sys, time, json\n"
+              "def cost(argv):\n"
+              "    runs = []\n"
+              "    for _ in range(10):\n"
+              "        before = resource.getrusage(resource.RUSAGE_CHILDREN)\n"
+              "        started = time.monotonic()\n"
+              "        subprocess.run(argv, check=True)\n"
+              "        after = resource.getrusage(resource.RUSAGE_CHILDREN)\n"
+              "        runs.append((time.monotonic() - started, after.ru_utime + after.ru_stime"
+              " - before.ru_utime - before.ru_stime))\n"
+              "    return runs\n"
+              "print(json.dumps({'collector': cost(['python3', '-I', '-S', "
+              f"'/usr/local/lib/vllm-hostkit/monitoring-collector.py', *{COLLECTOR_ARGS.split()!r}]), "
+              "'bare_python': cost(['python3', '-I', '-S', '-c', 'pass'])}))\n")
+    measured = json.loads(sh(lab_host, f"mkdir -p /tmp/hostkit-cost && python3 -c {shlex.quote(script)}"))
+    medians = {what: {"wall_s": round(statistics.median(r[0] for r in runs), 3),
+                      "cpu_s": round(statistics.median(r[1] for r in runs), 3)} for what, runs in measured.items()}
+    print(json.dumps({"medians_of_10": medians, "runs": measured}))
+    written = sh(lab_host, "cat /tmp/hostkit-cost/hostkit.prom")
+    print(written)  # a real metrics file (tests/unit/fixtures/monitoring/)
+    # Under qemu TCG a bare interpreter start costs most of a run; the collector's own work is
+    # what it reports as its duration.
+    assert exposed(written)["hostkit_collector_duration_seconds"] < 1.0
+    assert medians["collector"]["wall_s"] < 5.0
+    assert "hostkit_vllm_up 1" in written
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@contextmanager
+def prometheus(tmp_path: Path, host_name: str, node_url: str, vllm_url: str):
+    """A Prometheus server on loopback, scraping both URLs every 2 s, with the shipped rules;
+    the targets' `instance` is the lab host's name, not the forwarded port's."""
+    rules = tmp_path / "alerts.rules.yml"
+    rules.write_text(re.sub(r"(?m)^(\s+for:) \S+$", r"\1 10s", RULES.read_text()))
+    port = free_port()
+    node, vllm = (urllib.parse.urlparse(url).netloc for url in (node_url, vllm_url))
+    config = tmp_path / "prometheus.yml"
+    config.write_text(json.dumps({
+        "global": {"scrape_interval": "2s", "evaluation_interval": "2s"},
+        "rule_files": [str(rules)],
+        "scrape_configs": [
+            {"job_name": "node", "static_configs": [{"targets": [node], "labels": {"instance": f"{host_name}:9100"}}]},
+            {"job_name": "vllm", "static_configs": [{"targets": [vllm], "labels": {"instance": f"{host_name}:8000"}}]},
+        ],
+    }))
+    log = (tmp_path / "prometheus.log").open("w")
+    server = subprocess.Popen([prometheus_bin("prometheus"), f"--config.file={config}",
+                               f"--storage.tsdb.path={tmp_path / 'data'}", f"--web.listen-address=127.0.0.1:{port}"],
+                              stdout=log, stderr=subprocess.STDOUT)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+        log.close()
+
+
+def api(base: str, path: str, **params) -> dict:
+    url = f"{base}/api/v1/{path}" + (f"?{urllib.parse.urlencode(params)}" if params else "")
+    with urllib.request.urlopen(url, timeout=10) as answer:
+        return json.load(answer)["data"]
+
+
+def wait_for(check, timeout: float, what: str, interval: float = 2):
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            result = check()
+        except OSError:
+            result = None
+        if result:
+            return result
+        assert time.monotonic() < deadline, f"timed out after {timeout:.0f}s waiting for {what}"
+        time.sleep(interval)
+
+
+def firing(base: str, name: str) -> dict | None:
+    return next((alert for alert in api(base, "alerts")["alerts"]
+                 if alert["labels"]["alertname"] == name and alert["state"] == "firing"), None)
+
+
+def test_alerts_fire_on_a_memory_overrun_in_the_unit(monitored, tmp_path):
+    lab_host = monitored[0]
+    cgroup = sh(lab_host, "systemctl show -p ControlGroup --value vllm.service").strip()
+    cgroup_dir = f"/sys/fs/cgroup{cgroup}" if lab_host.cgroup == "v2" else f"/sys/fs/cgroup/memory{cgroup}"
+    with ExitStack() as stack:
+        node_url = stack.enter_context(forwarded(lab_host, 9100))
+        vllm_url = stack.enter_context(forwarded(lab_host, 8000))
+        base = stack.enter_context(prometheus(tmp_path, lab_host.name, node_url, vllm_url))
+        wait_for(lambda: {t["labels"]["job"] for t in api(base, "targets")["activeTargets"] if t["health"] == "up"}
+                 == {"node", "vllm"}, 60, "both scrape targets up")
+        wait_for(lambda: api(base, "query", query="hostkit_vllm_up")["result"], 30, "hostkit_vllm_up scraped")
+        standin = api(base, "query", query='vllm:num_requests_running{job="vllm"}')["result"]
+        assert standin and standin[0]["metric"]["model_name"] == "lab-model"
+
+        current = int(sh(lab_host, f"cat {cgroup_dir}/memory.current" if lab_host.cgroup == "v2"
+                         else f"cat {cgroup_dir}/memory.usage_in_bytes")) // MIB
+        # To 93% of MemoryMax: above the alert's 90%, below the kill (the hog's own interpreter
+        # takes about 10 MiB besides what it allocates).
+        near_limit = int(MEMORY_MAX_MIB * 0.93) - current - 10
+        kills_before = sh(lab_host, "dmesg | grep -c 'Killed process' || true").strip()
+        # Started by systemd, not under the ssh session (a background job there kept the
+        # session open); it then moves itself into the vLLM unit's cgroup.
+        sh(lab_host, f"echo {near_limit} > /tmp/hog-target && systemd-run --quiet --no-block --unit=hostkit-hog "
+                     f"python3 -c {shlex.quote(HOG)} {cgroup_dir} /tmp/hog-target")
+        peak_alert = wait_for(lambda: firing(base, "HostkitVllmMemoryPeakNearLimit"), 150,
+                              "HostkitVllmMemoryPeakNearLimit firing")
+        assert sh(lab_host, "dmesg | grep -c 'Killed process' || true").strip() == kills_before  # no kill yet
+
+        sh(lab_host, f"echo {MEMORY_MAX_MIB * 2} > /tmp/hog-target")
+        oom_alert = wait_for(lambda: firing(base, "HostkitVllmOomKill"), 150, "HostkitVllmOomKill firing")
+        host_alert = wait_for(lambda: firing(base, "HostkitHostOomKill"), 60, "HostkitHostOomKill firing")
+        assert "oom_memcg=/system.slice/vllm.service" in sh(lab_host, "dmesg")
+        print(json.dumps({"alerts": [peak_alert, oom_alert, host_alert]}, indent=2))
+        assert peak_alert["labels"]["severity"] == "warning" and oom_alert["labels"]["severity"] == "critical"
+        assert "lower vllm_max_num_seqs" in peak_alert["annotations"]["summary"]
+        ooms = api(base, "query", query="hostkit_vllm_oom_kills_total")["result"]
+        assert float(ooms[0]["value"][1]) >= 1
