@@ -43,9 +43,9 @@ LAB_CPUS = 1
 LANES = {
     "lane-a": ("test_main_deploy.py", "test_bad_input.py", "test_doctor_smoke.py", "test_security.py",
                "test_monitoring.py", "test_rollout.py", "test_verify.py", "test_kernel.py[debian13]",
-               "test_vllm_service.py[v2]"),
+               "test_vllm_service.py[v2]", "test_distros.py[debian13]"),
     "lane-b": ("test_swap.py", "test_faults.py", "test_kernel.py[debian12]", "test_vllm_service.py[v1]",
-               "test_distros.py", "test_watchdog.py"),
+               "test_distros.py[debian11]", "test_watchdog.py"),
 }
 
 # Boots are the slowest part of the lab (qemu TCG), so some modules share hosts. Those run

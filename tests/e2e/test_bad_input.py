@@ -96,6 +96,12 @@ CASES = [
          "/proc/sys/vm/no_such_knob does not exist on this host"),
     Case("sysctl-wrong-form", {"sysctl": {"vm.swappiness": 10, "net.core.somaxconn": "many"}},
          "sysctl['net.core.somaxconn']", "the kernel's value is a whole number"),
+    # keys of the rollout, the watchdog and the collector
+    Case("drain-command-number", {"rollout_drain_command": 42}, "rollout_drain_command", "a list of argv words"),
+    Case("drain-command-mapping", {"rollout_undrain_command": {"run": "lbctl"}}, "rollout_undrain_command",
+         "a list of argv words"),
+    Case("watchdog-interval-zero", {"vllm_watchdog_interval_s": 0}, "vllm_watchdog_interval_s", "1-3600"),
+    Case("monitoring-interval-too-short", {"monitoring_interval_s": 1}, "monitoring_interval_s", "from 5 to 3600"),
     # typos in keys
     Case("typo-swap_szie", {"swap_szie": "8G"}, "swap_szie", "did you mean swap_size?"),
     Case("typo-vllm_modle", {"vllm_modle": "Qwen/Qwen2.5-0.5B-Instruct"}, "vllm_modle", "did you mean vllm_model?"),

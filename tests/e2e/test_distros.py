@@ -1,6 +1,6 @@
-"""Debian 11 (systemd 247, kernel 5.10): the main deploy, a no-change rerun, a reboot and
-`hostkit verify`, as test_main_deploy.py does on Debian 12. Debian 11's systemd is the oldest
-on a lab host: below Ubuntu 22.04's 249, as Debian 13's 257 is above Ubuntu 24.04's 255.
+"""Debian 11 (systemd 247, kernel 5.10) and Debian 13 (systemd 257, kernel 6.12): the main
+deploy, a no-change rerun, a reboot and `hostkit verify`, as test_main_deploy.py does on
+Debian 12.
 """
 
 from __future__ import annotations
@@ -19,10 +19,13 @@ from tests.standin.install import install_standin
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 
 
-@pytest.mark.parametrize("os_name", ["debian11"])
-def test_main_deploy_reboot_and_verify(lab_host_factory, run_deploy, tmp_path, os_name):
+# Debian 11's systemd (247) brackets Ubuntu 22.04's (249) from below, Debian 13's (257)
+# Ubuntu 24.04's (255) from above.
+@pytest.mark.parametrize(("os_name", "systemd"), [pytest.param("debian11", "247", id="debian11"),
+                                                  pytest.param("debian13", "257", id="debian13")])
+def test_main_deploy_reboot_and_verify(lab_host_factory, run_deploy, tmp_path, os_name, systemd):
     lab_host = lab_host_factory(os_name=os_name)
-    assert lab_host.ssh("systemctl --version", check=True).stdout.split()[1] == "247"
+    assert lab_host.ssh("systemctl --version", check=True).stdout.split()[1] == systemd
     assert lab_host.ssh("stat -fc %T /sys/fs/cgroup", check=True).stdout.strip() == "cgroup2fs"
     platform = PlatformFact().process(lab_host.ssh(PlatformFact().command(), check=True).stdout.splitlines())
     assert platform == PlatformInfo(python="/usr/bin/python3", package_manager="apt")
