@@ -31,7 +31,7 @@ SERVE_DATA = {
     "vllm_served_model_name": "lab-model",
     # The stand-in sleeps per token: 64 tokens x 40 ms keeps each request ~2.6 s, so a run lasts long
     # enough for the memory push to land inside it.
-    "vllm_env": {"VLLM_STANDIN_LOAD_SECONDS": "2", "VLLM_STANDIN_TOKEN_DELAY_MS": "40"},
+    "vllm_env": {"VLLM_STANDIN_LOAD_SECONDS": "2", "VLLM_STANDIN_STEP_DELAY_MS": "40"},
     "vllm_ready_timeout": 240,
 }
 

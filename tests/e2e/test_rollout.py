@@ -2,7 +2,7 @@
 
 The shared `lab_fleet` serves every scenario (boots are slow under qemu TCG), in order:
 the happy path; a new configuration whose second host serves but hangs on completions
-(the stand-in's VLLM_STANDIN_TOKEN_DELAY_MS), so it passes the deploy's readiness gate and
+(the stand-in's VLLM_STANDIN_STEP_DELAY_MS), so it passes the deploy's readiness gate and
 fails the rollout's completion check: the rollout halts and the third host is untouched;
 then a fix and --resume, which completes, leaving the fleet on FLEET_DATA for test_verify.py.
 Then, on that serving fleet: a plain re-deploy changes and restarts nothing; a new release of
@@ -28,7 +28,7 @@ NEW = FLEET_DATA
 BASE = {**NEW, "vllm_served_model_name": "lab-model"}
 # 4 tokens at 15 s each: the probe's completion (30 s timeout) gives up; /health and
 # /v1/models, all the deploy's readiness gate and `hostkit verify` ask for, still answer.
-HANGING = {**NEW, "vllm_env": {**NEW["vllm_env"], "VLLM_STANDIN_TOKEN_DELAY_MS": "15000"}}
+HANGING = {**NEW, "vllm_env": {**NEW["vllm_env"], "VLLM_STANDIN_STEP_DELAY_MS": "15000"}}
 
 
 def write_fleet(path: Path, hosts, data: dict, per_host: dict | None = None) -> Path:

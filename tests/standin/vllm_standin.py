@@ -24,7 +24,7 @@ Test knobs (environment):
   VLLM_STANDIN_LOAD_SECONDS   seconds of "loading" before binding (default 3)
   VLLM_STANDIN_ALLOCATE_MB    allocate and touch this many MiB while loading, and hold them
   VLLM_STANDIN_CRASH=1        exit 1 while loading (so does the model path /nonexistent)
-  VLLM_STANDIN_TOKEN_DELAY_MS sleep this long per generated token (default 0)
+  VLLM_STANDIN_STEP_DELAY_MS sleep this long per generated token (default 0)
   VLLM_STANDIN_FAULT          health-500: /health and requests answer 500, the server stays up
                               hang-completions: /health 200, /v1/completions never answer
   VLLM_STANDIN_FAULT_AFTER_S  serve normally this many seconds first (default 0): the fault
@@ -331,7 +331,7 @@ def serve(args):
         "model": model,
         "served": first(getattr(args, "served_model_name", None)) or model,
         "api_key": first(getattr(args, "api_key", None)) or os.environ.get("VLLM_API_KEY"),
-        "token_delay_s": float(os.environ.get("VLLM_STANDIN_TOKEN_DELAY_MS") or 0) / 1000,
+        "token_delay_s": float(os.environ.get("VLLM_STANDIN_STEP_DELAY_MS") or 0) / 1000,
         "started": int(time.time()),
         "lock": threading.Lock(),
         "running": 0, "succeeded": 0, "prompt_tokens": 0, "generation_tokens": 0,
