@@ -143,9 +143,10 @@ def test_the_recorded_snapshot_section_of_a_provisioned_lab_host():
     assert (state.timer_enabled, state.timer_active, state.node_exporter_installed) == ("enabled", "active", True)
     assert state.textfile_age_s == 4 and state.textfile_path == "/var/lib/prometheus/node-exporter/hostkit.prom"
     p = profile(monitoring_node_exporter=True, monitoring_interval_s=5)
-    # The recorded units are today's renders for that profile (the collector file changes with the code).
+    # The recorded units are today's renders for that profile (the collector file changes with the code;
+    # the service file lost its After=vllm.service after this recording: a hung vLLM start held it back).
     wanted = wanted_files(p)
-    for path in (SERVICE_PATH, TIMER_PATH, NODE_EXPORTER_DROPIN):
+    for path in (TIMER_PATH, NODE_EXPORTER_DROPIN):
         assert state.file_sha256[path] == text_sha256(wanted[path]), path
     results = {r.name: r.ok for r in monitoring_checks(p, state, "main1")}
     assert results["collector timer active"] and results["metrics file fresh"] and results["node_exporter serving"]
