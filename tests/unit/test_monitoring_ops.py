@@ -52,7 +52,8 @@ def test_the_service_runs_the_host_python_isolated_with_the_profile_settings():
     assert options["--health-url"] == "http://127.0.0.1:8100/health"
     assert "ReadWritePaths=/srv/textfiles /var/lib/vllm-hostkit" in render_service(p)
     timer = render_timer(p)
-    assert "OnUnitActiveSec=30" in timer and "AccuracySec=1s" in timer and "WantedBy=timers.target" in timer
+    assert "OnActiveSec=1s" in timer and "OnUnitInactiveSec=30" in timer
+    assert "AccuracySec=1s" in timer and "WantedBy=timers.target" in timer
 
 
 def test_health_url_for_other_bind_addresses():
@@ -143,10 +144,11 @@ def test_the_recorded_snapshot_section_of_a_provisioned_lab_host():
     assert (state.timer_enabled, state.timer_active, state.node_exporter_installed) == ("enabled", "active", True)
     assert state.textfile_age_s == 4 and state.textfile_path == "/var/lib/prometheus/node-exporter/hostkit.prom"
     p = profile(monitoring_node_exporter=True, monitoring_interval_s=5)
-    # The recorded units are today's renders for that profile (the collector file changes with the code;
-    # the service file lost its After=vllm.service after this recording: a hung vLLM start held it back).
+    # The recorded drop-in is today's render for that profile. The collector file changes with the
+    # code; after this recording the service lost its After=vllm.service (a hung vLLM start held it
+    # back) and the timer moved from OnUnitActiveSec= to OnUnitInactiveSec= (it did not re-arm).
     wanted = wanted_files(p)
-    for path in (TIMER_PATH, NODE_EXPORTER_DROPIN):
+    for path in (NODE_EXPORTER_DROPIN,):
         assert state.file_sha256[path] == text_sha256(wanted[path]), path
     results = {r.name: r.ok for r in monitoring_checks(p, state, "main1")}
     assert results["collector timer active"] and results["metrics file fresh"] and results["node_exporter serving"]
