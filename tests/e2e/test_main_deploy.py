@@ -39,9 +39,19 @@ def test_deploy_converges_reruns_without_change_and_survives_a_reboot(main_host,
         [sys.executable, "-m", "hostkit", "verify", str(inventory), "--format", "json"],
         capture_output=True, text=True, cwd=REPO, timeout=900,
     )
-    assert verify.returncode == 0, verify.stdout[-4000:] + verify.stderr[-2000:]
+    assert verify.returncode == 0, failed_checks(verify.stdout) or verify.stdout[-4000:] + verify.stderr[-2000:]
     report = json.loads(verify.stdout)
     assert report, "verify reported no host"
 
     after_reboot = run_deploy(lab_host)
     assert after_reboot.ok and after_reboot.changed == [], after_reboot.changed
+
+
+def failed_checks(verify_json: str) -> str:
+    """The failed checks of a `hostkit verify --format json` report, one a line ("" if unreadable)."""
+    try:
+        hosts = json.loads(verify_json)["hosts"]
+    except (ValueError, KeyError, TypeError):
+        return ""
+    return "\n".join(f"{host['name']}: {check['name']}: expected {check['expected']}; actual {check['actual']}"
+                     for host in hosts for check in host["checks"] if not check["ok"])
