@@ -149,7 +149,10 @@ def service_changes(current: VllmServiceState, unit_text: str, env_text: str) ->
         install_unit=install_unit,
         daemon_reload=install_unit or current.need_daemon_reload,
         enable=not current.is_enabled,
-        reset_failed=current.active_state == "failed",
+        # A restart into a unit that is crash-looping (Restart=always, waiting for its next
+        # start) clears the start-limit counter first: the deploy is the operator asking, and
+        # systemd would refuse the start as "attempted too often" (seen in the OOM test).
+        reset_failed=current.active_state == "failed" or (bool(reasons) and current.active_state == "activating"),
         restart=bool(reasons),
         restart_reasons=reasons,
         live_limits=() if reasons else unit.live_directives,

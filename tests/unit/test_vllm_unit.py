@@ -339,6 +339,15 @@ def test_a_failed_unit_is_reset_before_the_restart():
     assert found == ops.ServiceChanges(reset_failed=True, restart=True, restart_reasons=("not running",))
 
 
+def test_a_crash_looping_unit_is_reset_before_the_restart():
+    """Restart=always between two starts of a crash loop: without reset-failed, systemd refuses the
+    deploy's restart once the start limit is near ("start of the service was attempted too often")."""
+    looping = converged(unit={**converged().unit, "ActiveState": "activating", "SubState": "auto-restart"})
+    found = changes(looping, plan(api_key=SecretStr("rotated")))
+    assert found.reset_failed and found.restart
+    assert not changes(converged(), plan(api_key=SecretStr("rotated"))).reset_failed
+
+
 def test_wrong_env_permissions_are_fixed_without_restart():
     found = changes(converged(env_stat=FileStat("644", "root", "root"), env_dir_stat=FileStat("755", "root", "root")))
     assert found == ops.ServiceChanges(fix_env_dir=True, fix_env_file=True)
