@@ -17,6 +17,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 from pyinfra.api import FactBase
 
+from hostkit.facts.parts import split_on_marker
+
 PART_MARKER = "%%hostkit-platform:"
 PLATFORM_PYTHON = "/usr/libexec/platform-python"
 # Packages whose upgrade replaces the driver's userspace library, or its kernel module for
@@ -87,13 +89,7 @@ class PlatformFact(FactBase):
         return script()
 
     def process(self, output: list[str]) -> PlatformInfo:
-        parts: dict[str, list[str]] = {}
-        current: list[str] | None = None
-        for line in output:
-            if line.startswith(PART_MARKER):
-                current = parts.setdefault(line[len(PART_MARKER):].strip(), [])
-            elif current is not None:
-                current.append(line)
+        parts = split_on_marker(output, PART_MARKER)
         return PlatformInfo(
             selinux=_selinux(parts.get("selinux", [])),
             python=next((line.strip() for line in parts.get("python", []) if line.strip()), None),

@@ -21,6 +21,7 @@ from pyinfra.api import FactBase, Host
 from hostkit.facts.gpu import GpuFact
 from hostkit.facts.kernel import KernelFact
 from hostkit.facts.monitoring import MonitoringFact
+from hostkit.facts.parts import split_on_marker
 from hostkit.facts.platform import PlatformFact
 from hostkit.facts.storage import StorageFact
 from hostkit.facts.system import SystemFact
@@ -80,13 +81,7 @@ class HostSnapshotFact(FactBase):
 
 
 def parse_sections(output: list[str], sections: tuple[type[FactBase], ...] = SECTIONS) -> dict[str, Any]:
-    raw: dict[str, list[str]] = {}
-    current: list[str] | None = None
-    for line in output:
-        if line.startswith(MARKER):
-            current = raw.setdefault(line[len(MARKER):].strip(), [])
-        elif current is not None:
-            current.append(line)
+    raw = split_on_marker(output, MARKER)
     return {fact_cls.section: fact_cls().process(raw.get(fact_cls.section, [])) for fact_cls in sections}
 
 

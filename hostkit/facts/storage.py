@@ -16,6 +16,7 @@ from typing import Any
 
 from pyinfra.api import FactBase
 
+from hostkit.facts.parts import split_on_marker
 from hostkit.plans import SWAP_FILE_NAME
 
 PART_MARKER = "%%hostkit-storage:"
@@ -389,13 +390,7 @@ class StorageFact(FactBase):
         )
 
     def process(self, output: list[str]) -> StorageInfo:
-        parts: dict[str, list[str]] = {}
-        current: list[str] | None = None
-        for line in output:
-            if line.startswith(PART_MARKER):
-                current = parts.setdefault(line[len(PART_MARKER):].strip(), [])
-            elif current is not None:
-                current.append(line)
+        parts = split_on_marker(output, PART_MARKER)
         without_path = LSBLK_WITHOUT_PATH in parts
         block_devices = parse_lsblk("\n".join(parts.get(LSBLK_WITHOUT_PATH if without_path else "lsblk", [])))
         nvme_mounts = {m for d in block_devices if d.on_nvme for m in d.mountpoints}
