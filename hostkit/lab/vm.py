@@ -111,8 +111,10 @@ class LabHost:
                 "-display", "none", "-monitor", "none", "-serial", f"file:{self.path / 'console.log'}",
                 "-daemonize", "-pidfile", str(self.path / "qemu.pid"),
                 "-kernel", str(image.kernel), "-initrd", str(image.initrd), "-append", append,
-                "-drive", f"file={self.path / 'root.qcow2'},if=virtio,format=qcow2",
-                "-drive", f"file={self.path / 'nvme.qcow2'},if=none,id=nvm,format=qcow2",
+                # cache=unsafe: a guest's flushes stay in the controller's page cache, which a qemu
+                # restart keeps; only a crash of the controller itself would lose them.
+                "-drive", f"file={self.path / 'root.qcow2'},if=virtio,format=qcow2,cache=unsafe",
+                "-drive", f"file={self.path / 'nvme.qcow2'},if=none,id=nvm,format=qcow2,cache=unsafe",
                 "-device", f"nvme,drive=nvm,serial=hostkit-{self.name}",
                 "-netdev", f"user,id=n0,hostfwd=tcp:127.0.0.1:{self.port}-:22",
                 "-device", "virtio-net-pci,netdev=n0",
@@ -127,15 +129,23 @@ class LabHost:
             if self._answers_from_new_boot(not_boot_id):
                 say(f"{self.name}: ssh up after {time.monotonic() - started:.0f} s")
                 return
-            if self.pid is None and not_boot_id is None:
-                raise RuntimeError(f"{self.name}: qemu exited; see {self.path / 'console.log'}")
+            if self.pid is None:
+                raise RuntimeError(f"{self.name}: qemu exited; console:\n{self.console_tail()}")
             now = time.monotonic()
             if now - started > timeout:
-                raise TimeoutError(f"{self.name}: no ssh after {timeout:.0f} s; see {self.path / 'console.log'}")
+                raise TimeoutError(f"{self.name}: no ssh after {timeout:.0f} s; console:\n{self.console_tail()}")
             if now - last_report >= 15:
                 say(f"{self.name}: waiting for ssh ({now - started:.0f} s)")
                 last_report = now
             time.sleep(2)
+
+    def console_tail(self, lines: int = 40) -> str:
+        """The end of the serial console, for errors that CI prints (the lab directory is gone after)."""
+        try:
+            text = (self.path / "console.log").read_text(errors="replace")
+        except FileNotFoundError:
+            return "(no console.log)"
+        return "\n".join(text.splitlines()[-lines:])
 
     def _answers_from_new_boot(self, not_boot_id: str | None) -> bool:
         """ssh works, and (when given) from a boot other than `not_boot_id`; a host going down counts as no."""
@@ -171,6 +181,13 @@ class LabHost:
         deadline = time.monotonic() + timeout
         while self.pid is not None and time.monotonic() < deadline:
             time.sleep(1)
+        if self.pid is not None:
+            # SIGTERM first: qemu then writes its caches back (cache=unsafe keeps them in qemu).
+            say(f"{self.name}: no power-off after {timeout:.0f} s; stopping qemu")
+            os.kill(pid, signal.SIGTERM)
+            deadline = time.monotonic() + 15
+            while self.pid is not None and time.monotonic() < deadline:
+                time.sleep(0.5)
         if self.pid is not None:
             os.kill(pid, signal.SIGKILL)
             time.sleep(1)
