@@ -540,7 +540,7 @@ def driver_auto_upgrades(ctx: Context) -> Iterator[Finding]:
 def collector_metrics(ctx: Context) -> Iterator[Finding]:
     """What hostkit's monitoring collector recorded: the unit's high-water mark (which the
     cgroup loses when the unit restarts), OOM kills and watchdog restarts since boot."""
-    from hostkit.monitoring import STALE_INTERVALS
+    from hostkit.monitoring import stale_after_s
 
     metrics = ctx.inputs.collector
     if metrics is None:
@@ -550,7 +550,7 @@ def collector_metrics(ctx: Context) -> Iterator[Finding]:
                           "`systemctl status vllm-hostkit-monitor.timer`.")
         return
     interval = metrics.value("hostkit_collector_interval_seconds") or 15
-    if metrics.age_s > STALE_INTERVALS * interval:
+    if metrics.age_s > stale_after_s(interval):
         yield Finding("monitoring-stale", Severity.WARNING,
                       f"{metrics.path} was last written {metrics.age_s}s ago (the collector runs every {interval:.0f}s).",
                       "`systemctl status vllm-hostkit-monitor.timer vllm-hostkit-monitor.service`; re-run the deploy.",

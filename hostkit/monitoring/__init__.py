@@ -24,6 +24,17 @@ NODE_EXPORTER_UNIT = "prometheus-node-exporter.service"
 NODE_EXPORTER_DROPIN = f"/etc/systemd/system/{NODE_EXPORTER_UNIT}.d/vllm-hostkit-textfile.conf"
 # A metrics file older than this many intervals is stale (the alert rule uses the same figure).
 STALE_INTERVALS = 3
+# The collector unit's deadline for one run: nvidia-smi (twice, 5 s each), /health and systemctl
+# (3 s each) at their worst, plus a slow start at boot (a lab host's first run after a reboot
+# took 10.5 s; 30 s killed some on a loaded CI machine).
+RUN_TIMEOUT_S = 90
+
+
+def stale_after_s(interval_s: float) -> float:
+    """When verify and doctor call the file stale: the file is written as a run ends and the
+    timer counts each interval from a run's end, so one slow run (up to its deadline) may
+    come between two writes besides the intervals."""
+    return STALE_INTERVALS * interval_s + RUN_TIMEOUT_S
 
 
 def package_file(name: str) -> str:

@@ -28,6 +28,7 @@ from hostkit.monitoring import (
     NODE_EXPORTER_DROPIN,
     NODE_EXPORTER_PACKAGE,
     NODE_EXPORTER_UNIT,
+    RUN_TIMEOUT_S,
     SERVICE,
     SERVICE_PATH,
     STATE_DIR,
@@ -42,10 +43,6 @@ from hostkit.plans import VLLM_UNIT
 from hostkit.profile import HostProfile
 from hostkit.readiness import probe_address
 
-# The unit's deadline for one run: nvidia-smi (twice, 5 s each), /health and systemctl
-# (3 s each) at their worst, plus a slow start at boot (a lab host's first run after a
-# reboot took 10.5 s; 30 s killed some on a loaded CI machine).
-RUN_TIMEOUT_S = 90
 APT_TIMEOUT_S = 600
 UNIT_FILES = (SERVICE_PATH, TIMER_PATH, NODE_EXPORTER_DROPIN)
 

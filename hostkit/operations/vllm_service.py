@@ -94,7 +94,6 @@ class ServiceChanges:
     install_unit: bool = False
     daemon_reload: bool = False
     enable: bool = False
-    reset_failed: bool = False
     restart: bool = False
     # Why the running service restarts, or which limits daemon-reload applies to it live.
     restart_reasons: tuple[str, ...] = ()
@@ -149,10 +148,6 @@ def service_changes(current: VllmServiceState, unit_text: str, env_text: str) ->
         install_unit=install_unit,
         daemon_reload=install_unit or current.need_daemon_reload,
         enable=not current.is_enabled,
-        # A restart into a unit that is crash-looping (Restart=always, waiting for its next
-        # start) clears the start-limit counter first: the deploy is the operator asking, and
-        # systemd would refuse the start as "attempted too often" (seen in the OOM test).
-        reset_failed=current.active_state == "failed" or (bool(reasons) and current.active_state == "activating"),
         restart=bool(reasons),
         restart_reasons=reasons,
         live_limits=() if reasons else unit.live_directives,
@@ -429,9 +424,12 @@ def vllm_service(plan: VllmPlan, profile: Any = None):
         installing.append("systemctl daemon-reload")
     if changes.enable:
         installing.append(f"systemctl enable {VLLM_UNIT}")
-    if changes.reset_failed:
-        installing.append(f"systemctl reset-failed {VLLM_UNIT}")
     if changes.restart:
+        # reset-failed first: systemd counts the deploy's restarts with the crashes, and a failed
+        # unit, a crash loop or a fifth deploy restart within StartLimitIntervalSec would be
+        # refused "start of the service was attempted too often" (seen in the lab). The deploy
+        # is the operator asking.
+        installing.append(f"systemctl reset-failed {VLLM_UNIT}")
         installing.append(f"systemctl restart {VLLM_UNIT}")
     if installing:
         yield _script(installing)

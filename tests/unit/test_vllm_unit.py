@@ -334,18 +334,16 @@ def test_a_stopped_unit_is_started():
     assert found == ops.ServiceChanges(restart=True, restart_reasons=("not running",))
 
 
-def test_a_failed_unit_is_reset_before_the_restart():
-    found = changes(converged(unit={**converged().unit, "ActiveState": "failed"}))
-    assert found == ops.ServiceChanges(reset_failed=True, restart=True, restart_reasons=("not running",))
-
-
-def test_a_crash_looping_unit_is_reset_before_the_restart():
-    """Restart=always between two starts of a crash loop: without reset-failed, systemd refuses the
-    deploy's restart once the start limit is near ("start of the service was attempted too often")."""
+def test_every_restart_resets_the_start_limit_first():
+    """systemd counts the deploy's restarts with the crashes: without reset-failed, a failed unit,
+    a crash loop or a fifth deploy restart within StartLimitIntervalSec is refused ("start of
+    the service was attempted too often")."""
     looping = converged(unit={**converged().unit, "ActiveState": "activating", "SubState": "auto-restart"})
-    found = changes(looping, plan(api_key=SecretStr("rotated")))
-    assert found.reset_failed and found.restart
-    assert not changes(converged(), plan(api_key=SecretStr("rotated"))).reset_failed
+    failed = converged(unit={**converged().unit, "ActiveState": "failed"})
+    assert changes(failed) == ops.ServiceChanges(restart=True, restart_reasons=("not running",))
+    for state in (failed, looping, converged()):
+        installing = run_op(ops.vllm_service, state, plan(api_key=SecretStr("rotated")), executing=True)[-1]
+        assert steps(installing)[-2:] == ["systemctl reset-failed vllm.service", "systemctl restart vllm.service"]
 
 
 def test_wrong_env_permissions_are_fixed_without_restart():
@@ -440,7 +438,8 @@ def test_fresh_install_checks_before_it_installs_in_four_commands_and_two_upload
     installed = steps(installing)
     assert "mv -f /etc/vllm-hostkit/.vllm.env.new /etc/vllm-hostkit/vllm.env" in installed[0]
     assert UNIT_PATH in installed[1] and "install -m 0644" in installed[1]
-    assert installed[2:] == ["systemctl daemon-reload", "systemctl enable vllm.service", "systemctl restart vllm.service"]
+    assert installed[2:] == ["systemctl daemon-reload", "systemctl enable vllm.service",
+                             "systemctl reset-failed vllm.service", "systemctl restart vllm.service"]
 
 
 def test_the_secret_never_appears_in_a_command_or_its_repr():
@@ -458,7 +457,8 @@ def test_only_a_flag_change_restarts_without_checks_of_the_env():
     commands = run_op(ops.vllm_service, converged(), plan(argv=[*PLAN.argv, "--max-num-seqs", "64"]), executing=True)
     preparing, _upload, _check_unit, _check_flags, installing = commands
     assert steps(preparing) == ["install -d -m 0755 /run/vllm-hostkit/verify"]
-    assert steps(installing)[-2:] == ["systemctl daemon-reload", "systemctl restart vllm.service"]
+    assert steps(installing)[-3:] == ["systemctl daemon-reload", "systemctl reset-failed vllm.service",
+                                      "systemctl restart vllm.service"]
     assert not any(".vllm.env" in step for step in steps(installing))
 
 
