@@ -110,6 +110,20 @@ def monitoring_changes(profile: HostProfile, state: MonitoringState) -> dict[str
     return None
 
 
+def change_reasons(profile: HostProfile, state: MonitoringState, changed: dict[str, str]) -> list[str]:
+    """What a run says when it changes monitoring (a rerun that changes must say why)."""
+    reasons = [f"{path} is missing or differs" for path in changed]
+    if (state.timer_enabled, state.timer_active) != ("enabled", "active"):
+        reasons.append(f"{TIMER} is {state.timer_enabled or 'not installed'}, {state.timer_active or 'inactive'}")
+    if NODE_EXPORTER_DROPIN in state.file_sha256 and not profile.monitoring_node_exporter:
+        reasons.append(f"{NODE_EXPORTER_DROPIN} is no longer wanted")
+    if profile.monitoring_node_exporter and not (
+            state.node_exporter_installed and (state.node_exporter_enabled, state.node_exporter_active)
+            == ("enabled", "active")):
+        reasons.append(f"{NODE_EXPORTER_UNIT} is not installed, enabled and active")
+    return reasons
+
+
 def apply_command(profile: HostProfile, state: MonitoringState, changed: dict[str, str]) -> str:
     timer, service, exporter = shlex.quote(TIMER), shlex.quote(SERVICE), shlex.quote(NODE_EXPORTER_UNIT)
     lines = ["set -e"]
@@ -168,4 +182,5 @@ def monitoring(profile: HostProfile):
     if changed is None:
         return
     mark_changed(host, "monitoring")
+    host.log_styled(f"monitoring: {'; '.join(change_reasons(profile, state, changed))}", fg="yellow")
     yield apply_command(profile, state, changed)

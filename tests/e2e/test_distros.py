@@ -35,7 +35,7 @@ def test_main_deploy_reboot_and_verify(lab_host_factory, run_deploy, tmp_path, o
     assert first.ok, first.output[-4000:]
     assert "vLLM host | vLLM systemd unit" in first.changed, first.changed
     second = run_deploy(lab_host)
-    assert second.ok and second.changed == [], second.changed
+    assert second.ok and second.changed == [], f"{second.changed}\n{second.output[-3000:]}"
 
     lab_host.reboot()
     inventory = write_inventory(tmp_path / "inventory.py", [(lab_host.name, {**lab_host.pyinfra_data(), **lab_data()})])

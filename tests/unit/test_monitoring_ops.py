@@ -7,6 +7,7 @@ import shlex
 from hostkit.facts.monitoring import MonitoringState
 from hostkit.monitoring import COLLECTOR_PATH, NODE_EXPORTER_DROPIN, SERVICE_PATH, TIMER_PATH, collector_source
 from hostkit.operations.monitoring import (
+    change_reasons,
     apply_command,
     health_url,
     monitoring_changes,
@@ -106,6 +107,7 @@ def test_a_stopped_timer_is_started_without_rewriting_anything():
     p = profile()
     state = converged_state(p, timer_active="inactive")
     assert monitoring_changes(p, state) == {}
+    assert change_reasons(p, state, {}) == ["vllm-hostkit-monitor.timer is enabled, inactive"]
     command = apply_command(p, state, {})
     assert "daemon-reload" not in command and "printf" not in command
     assert "systemctl start vllm-hostkit-monitor.timer" in command
@@ -117,6 +119,7 @@ def test_turning_node_exporter_off_removes_only_hostkits_dropin():
     state = converged_state(on)
     changed = monitoring_changes(off, state)
     assert changed == {}
+    assert change_reasons(off, state, changed) == [f"{NODE_EXPORTER_DROPIN} is no longer wanted"]
     command = apply_command(off, state, changed)
     assert f"rm -f {NODE_EXPORTER_DROPIN}" in command and "systemctl try-restart prometheus-node-exporter.service" in command
     assert "apt-get" not in command and "remove" not in command
