@@ -246,5 +246,8 @@ def test_alerts_fire_on_a_memory_overrun_in_the_unit(monitored, tmp_path):
         print(json.dumps({"alerts": [peak_alert, oom_alert, host_alert]}, indent=2))
         assert peak_alert["labels"]["severity"] == "warning" and oom_alert["labels"]["severity"] == "critical"
         assert "lower vllm_max_num_seqs" in peak_alert["annotations"]["summary"]
-        ooms = api(base, "query", query="hostkit_vllm_oom_kills_total")["result"]
+        # Under the kill's memory pressure one scrape of the node target can fail (CI: the query
+        # came back empty right after both OOM alerts fired), and its series then read as stale.
+        ooms = wait_for(lambda: api(base, "query", query="hostkit_vllm_oom_kills_total")["result"], 60,
+                        "hostkit_vllm_oom_kills_total scraped after the kill")
         assert float(ooms[0]["value"][1]) >= 1
