@@ -49,6 +49,7 @@ from hostkit.plans import (
 )
 from hostkit.profile import HostProfile, mask
 from hostkit.sizes import GIB, MIB, format_size
+from hostkit.swap_filesystems import swap_file_refusal
 from hostkit.vllm_flags import FlagError, flags_for, known_versions, parse_version, render_flags
 from hostkit.vllm_unit import unit_notes
 
@@ -58,8 +59,6 @@ SWAP_MIN = 1 * GIB
 LONG_CONTEXT_TOKENS = 8192
 CHUNKED_PREFILL_BATCH_TOKENS = 8192
 AUTO_MAX_NUM_SEQS_CAP = 256
-# Filesystems a swap file cannot live on (or should not).
-SWAP_REFUSED_FSTYPES = {"zfs", "nfs", "nfs4", "cifs", "smb3", "tmpfs", "ramfs", "overlay", "squashfs", "fuse"}
 DEFAULT_CACHE_DIR = "/var/cache/vllm"
 # Host RAM per vLLM instance, from the field notes: low and high ends of the observed range.
 RAM_PER_GPU_PROCESS = (2 * GIB, 4 * GIB)
@@ -198,7 +197,7 @@ def _fs_for(path: str, filesystems: list[FilesystemFact]) -> FilesystemFact | No
 
 
 def _best_nvme_fs(facts: PlanningFacts) -> FilesystemFact | None:
-    usable = [fs for fs in facts.filesystems if fs.on_nvme and fs.fstype not in SWAP_REFUSED_FSTYPES]
+    usable = [fs for fs in facts.filesystems if fs.on_nvme and swap_file_refusal(fs.fstype) is None]
     return max(usable, key=lambda fs: fs.avail_bytes, default=None)
 
 
@@ -243,8 +242,9 @@ def _plan_swap(p: HostProfile, facts: PlanningFacts, nvme: NvmePlan | None, foun
     target = _swap_target(p, facts, nvme, found)
     if target is None:
         return SwapPlan(enabled=True, priority=p.swap_priority, reason="no usable directory")
-    if target.fstype in SWAP_REFUSED_FSTYPES or target.fstype.startswith("fuse"):
-        found.refuse("swap_dir", f"{target.directory} is on {target.fstype}, which cannot hold a swap file")
+    refusal = swap_file_refusal(target.fstype)
+    if refusal is not None:
+        found.refuse("swap_dir", f"{target.directory} is on {target.fstype}, which cannot hold a swap file: {refusal}")
         return SwapPlan(enabled=True, priority=p.swap_priority, reason="unusable filesystem")
     path = posixpath.join(target.directory, SWAP_FILE_NAME)
     existing = sum(s.size_bytes for s in facts.swaps if s.path == path)

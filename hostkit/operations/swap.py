@@ -46,6 +46,7 @@ from pyinfra.api.exceptions import OperationValueError
 from hostkit.facts.snapshot import mark_changed, snapshot
 from hostkit.facts.storage import SWAP_FILE_SELINUX_TYPE, TEMP_SUFFIX, FileStat, StorageInfo
 from hostkit.plans import SWAP_FILE_NAME, NvmePlan, SwapPlan
+from hostkit.swap_filesystems import FILL_METHODS, swap_file_refusal
 
 SWAP_FILE_MODE = 0o600
 # Paths go into shell scripts, fstab and awk comparisons with /proc/swaps: keep them plain.
@@ -59,17 +60,6 @@ MKFS_COMMANDS = {
     "ext4": 'mkfs.ext4 -q -U "$hk_uuid" "$hk_dev"',
     "xfs": 'mkfs.xfs -q -m uuid="$hk_uuid" "$hk_dev"',
 }
-# How each filesystem gets a swap file the kernel accepts.
-FILL_METHODS = {"ext2": "dd", "ext3": "dd", "ext4": "dd", "xfs": "dd", "btrfs": "nocow"}
-NO_SWAP_FILE_REASONS = {
-    "zfs": "the kernel cannot swap to a file on zfs",
-    "nfs": "a swap file on nfs depends on the network",
-    "nfs4": "a swap file on nfs depends on the network",
-    "tmpfs": "tmpfs lives in the memory that swap is meant to relieve",
-    "ramfs": "ramfs lives in the memory that swap is meant to relieve",
-    "overlay": "the kernel cannot swap to a file on overlayfs",
-}
-
 # Shell functions every script starts with. Paths reach them checked against _SAFE_PATH,
 # so they compare equal to the (octal-escaped) fields of /proc/swaps and fstab.
 SHELL_LIB = r"""set -eu
@@ -281,10 +271,10 @@ def fill_method(storage: StorageInfo, directory: str) -> str:
     fstype = storage.fstype_for(directory)
     if fstype is None:
         raise SwapRefused(f"cannot tell which filesystem holds {directory}")
-    if fstype in FILL_METHODS:
-        return FILL_METHODS[fstype]
-    reason = NO_SWAP_FILE_REASONS.get(fstype, f"hostkit makes swap files only on {', '.join(sorted(FILL_METHODS))}")
-    raise SwapRefused(f"refusing to put a swap file on {fstype} at {directory}: {reason}")
+    reason = swap_file_refusal(fstype)
+    if reason is not None:
+        raise SwapRefused(f"refusing to put a swap file on {fstype} at {directory}: {reason}")
+    return FILL_METHODS[fstype]
 
 
 def _q(value: Any) -> str:

@@ -201,6 +201,30 @@ def test_swap_on_tmpfs_is_refused():
     assert "host gpu-a1: swap_dir: /dev/shm is on tmpfs" in str(error)
 
 
+def test_the_plan_refuses_every_filesystem_the_deploy_refuses():
+    """One rule (hostkit.swap_filesystems): a vfat or f2fs NVMe that the deploy's swap step would
+    refuse is refused at plan time, and auto picks a filesystem the deploy accepts."""
+    for fstype in ("vfat", "f2fs", "zfs"):
+        odd = nvme_fs("/mnt/odd", avail=900 * GIB, fstype=fstype)
+        error = refused({"swap_dir": "/mnt/odd"}, facts(filesystems=[ROOT_SSD, odd]))
+        assert f"host gpu-a1: swap_dir: /mnt/odd is on {fstype}, which cannot hold a swap file" in str(error)
+        assert refusal_in_deploy(fstype) in str(error)
+    odd, ext4 = nvme_fs("/mnt/odd", avail=2000 * GIB, fstype="vfat"), nvme_fs("/mnt/b", avail=900 * GIB)
+    assert plan(host_facts=facts(filesystems=[ROOT_SSD, odd, ext4])).swap.path == "/mnt/b/vllm-hostkit.swap"
+
+
+def refusal_in_deploy(fstype: str) -> str:
+    from hostkit.facts.storage import Mount, StorageInfo
+    from hostkit.operations.swap import SwapRefused, fill_method
+
+    storage = StorageInfo(mounts=(Mount(source="/dev/nvme0n1", mountpoint="/mnt/odd", fstype=fstype),))
+    try:
+        fill_method(storage, "/mnt/odd")
+    except SwapRefused as refusal:
+        return str(refusal).rsplit(": ", 1)[1]
+    raise AssertionError(f"the deploy accepted {fstype}")
+
+
 def test_auto_swap_dir_without_nvme_says_how_to_set_it():
     error = refused(host_facts=facts(filesystems=[ROOT_SSD]))
     assert "host gpu-a1: swap_dir:" in str(error)
