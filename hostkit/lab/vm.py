@@ -178,19 +178,19 @@ class LabHost:
             self.ssh("systemctl poweroff", timeout=20)
         except subprocess.TimeoutExpired:
             pass
-        deadline = time.monotonic() + timeout
-        while self.pid is not None and time.monotonic() < deadline:
-            time.sleep(1)
-        if self.pid is not None:
+        if not self._exited_within(timeout):
             # SIGTERM first: qemu then writes its caches back (cache=unsafe keeps them in qemu).
             say(f"{self.name}: no power-off after {timeout:.0f} s; stopping qemu")
             os.kill(pid, signal.SIGTERM)
-            deadline = time.monotonic() + 15
-            while self.pid is not None and time.monotonic() < deadline:
-                time.sleep(0.5)
-        if self.pid is not None:
-            os.kill(pid, signal.SIGKILL)
-            time.sleep(1)
+            if not self._exited_within(15):
+                os.kill(pid, signal.SIGKILL)
+                time.sleep(1)
+
+    def _exited_within(self, seconds: float) -> bool:
+        deadline = time.monotonic() + seconds
+        while self.pid is not None and time.monotonic() < deadline:
+            time.sleep(0.5)
+        return self.pid is None
 
     def kill(self) -> None:
         pid = self.pid

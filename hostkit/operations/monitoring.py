@@ -96,32 +96,32 @@ def _apt_install(package: str) -> str:
             f"DEBIAN_FRONTEND=noninteractive {install} >/dev/null; }}")
 
 
+def _unmet(profile: HostProfile, state: MonitoringState) -> list[str]:
+    """What is wrong on the host besides the files: the timer, a stray drop-in, node_exporter."""
+    problems = []
+    if (state.timer_enabled, state.timer_active) != ("enabled", "active"):
+        problems.append(f"{TIMER} is {state.timer_enabled or 'not installed'}, {state.timer_active or 'inactive'}")
+    if NODE_EXPORTER_DROPIN in state.file_sha256 and not profile.monitoring_node_exporter:
+        problems.append(f"{NODE_EXPORTER_DROPIN} is no longer wanted")
+    if profile.monitoring_node_exporter and not (
+            state.node_exporter_installed and (state.node_exporter_enabled, state.node_exporter_active)
+            == ("enabled", "active")):
+        problems.append(f"{NODE_EXPORTER_UNIT} is not installed, enabled and active")
+    return problems
+
+
 def monitoring_changes(profile: HostProfile, state: MonitoringState) -> dict[str, str] | None:
     """The files to (re)write, or None when nothing at all needs doing."""
     changed = {path: text for path, text in wanted_files(profile).items()
                if state.file_sha256.get(path) != text_sha256(text)}
-    stray_dropin = NODE_EXPORTER_DROPIN in state.file_sha256 and not profile.monitoring_node_exporter
-    timer_ok = state.timer_enabled == "enabled" and state.timer_active == "active"
-    exporter_ok = not profile.monitoring_node_exporter or (
-        state.node_exporter_installed and state.node_exporter_enabled == "enabled"
-        and state.node_exporter_active == "active")
-    if changed or stray_dropin or not timer_ok or not exporter_ok:
+    if changed or _unmet(profile, state):
         return changed
     return None
 
 
 def change_reasons(profile: HostProfile, state: MonitoringState, changed: dict[str, str]) -> list[str]:
     """What a run says when it changes monitoring (a rerun that changes must say why)."""
-    reasons = [f"{path} is missing or differs" for path in changed]
-    if (state.timer_enabled, state.timer_active) != ("enabled", "active"):
-        reasons.append(f"{TIMER} is {state.timer_enabled or 'not installed'}, {state.timer_active or 'inactive'}")
-    if NODE_EXPORTER_DROPIN in state.file_sha256 and not profile.monitoring_node_exporter:
-        reasons.append(f"{NODE_EXPORTER_DROPIN} is no longer wanted")
-    if profile.monitoring_node_exporter and not (
-            state.node_exporter_installed and (state.node_exporter_enabled, state.node_exporter_active)
-            == ("enabled", "active")):
-        reasons.append(f"{NODE_EXPORTER_UNIT} is not installed, enabled and active")
-    return reasons
+    return [f"{path} is missing or differs" for path in changed] + _unmet(profile, state)
 
 
 def apply_command(profile: HostProfile, state: MonitoringState, changed: dict[str, str]) -> str:

@@ -16,7 +16,7 @@ from typing import Any
 from hostkit.facts.kernel import THP_DIR, THP_UNIT_PATH, KernelState, sysctl_key
 from hostkit.facts.storage import SWAP_FILE_SELINUX_TYPE, StorageInfo
 from hostkit.gpu_policy import GpuPolicy, evaluate
-from hostkit.monitoring import TIMER, stale_after_s
+from hostkit.monitoring import STALE_INTERVALS, TIMER, stale_after_s
 from hostkit.operations.kernel import (
     render_sysctl_file,
     render_thp_unit,
@@ -413,7 +413,7 @@ def monitoring_checks(profile: Any, state: Any, host: str) -> list[CheckResult]:
     limit = round(stale_after_s(profile.monitoring_interval_s))
     age = state.textfile_age_s
     results.append(_check("monitoring", "metrics file fresh", age is not None and age <= limit,
-                          f"{state.textfile_path} written in the last {limit}s (3 intervals and one run's deadline)",
+                          f"{state.textfile_path} written in the last {limit}s ({STALE_INTERVALS} intervals and one run's deadline)",
                           "no metrics file" if age is None else f"written {age}s ago",
                           f"journalctl -u {TIMER.replace('.timer', '.service')} -b; systemctl start {TIMER}"))
     if profile.monitoring_node_exporter:

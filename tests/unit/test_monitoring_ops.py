@@ -7,8 +7,8 @@ import shlex
 from hostkit.facts.monitoring import MonitoringState
 from hostkit.monitoring import COLLECTOR_PATH, NODE_EXPORTER_DROPIN, SERVICE_PATH, TIMER_PATH, collector_source
 from hostkit.operations.monitoring import (
-    change_reasons,
     apply_command,
+    change_reasons,
     health_url,
     monitoring_changes,
     remove_command,
