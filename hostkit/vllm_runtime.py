@@ -20,9 +20,6 @@ from hostkit.vllm_flags import flags_for
 
 INSTALLED_ENTRY_POINT = "hostkit-vllm"
 CURRENT = "current"
-# Written into a venv only after pip and the entry point succeeded: a venv without it is a
-# partial install (an interrupted run), removed before anything uses it.
-RELEASE_MARKER = ".hostkit-release"
 # pip options that hostkit sets itself from vllm_index_url and vllm_find_links, or that
 # would put the release somewhere else than its venv.
 PIP_OPTIONS_SET_BY_HOSTKIT = frozenset({
