@@ -28,9 +28,9 @@ from typing import Any
 from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, Host, State, StringCommand, operation
 
-from hostkit.facts.gpu import GpuFacts
 from hostkit.facts.snapshot import mark_changed, snapshot
 from hostkit.facts.vllm_release import READ_S, VllmReleaseFact, VllmReleaseState
+from hostkit.gather import driver_version
 from hostkit.operations.gpu import host_refused
 from hostkit.operations.vllm_service import _connector_arguments, check_flags, wait_for_vllm
 from hostkit.plans import VLLM_UNIT, VllmPlan
@@ -58,11 +58,6 @@ class RuntimeStep:
 
     def __bool__(self) -> bool:
         return bool(self.refusals or self.install or self.switch_to)
-
-
-def host_driver(gpu: GpuFacts) -> str | None:
-    """The driver CUDA talks to: NVML's version, else the kernel module's."""
-    return (gpu.nvml_version or gpu.module_version) if gpu.driver_present or gpu.module_version else None
 
 
 def runtime_step(profile: Any, state: VllmReleaseState, driver: str | None) -> RuntimeStep:
@@ -213,7 +208,7 @@ def vllm_runtime(plan: VllmPlan, profile: Any):
     if not plan.enabled:
         return
     taken = snapshot(host, profile)
-    driver = host_driver(taken.gpu)
+    driver = driver_version(taken.gpu)
     step = runtime_step(profile, taken.vllm_release, driver)
     if not step:
         return
