@@ -45,6 +45,8 @@ from hostkit.vllm_runtime import (
 from hostkit.vllm_unit import UNIT_PATH
 
 SAVED_UNIT = ".vllm.service.before-switch"
+# The interpreter that makes the release venvs (each release runs on the host's python3).
+VENV_PYTHON = "python3"
 _SWITCHED_ATTR = "_hostkit_vllm_switched"
 
 
@@ -102,6 +104,8 @@ def install_command(target: InstallTarget) -> str:
         "hk_needed_kib": str(target.space_needed_bytes // 1024),
         "hk_pip_timeout_s": str(PIP_TIMEOUT_S),
         "hk_cli": resources.files("hostkit").joinpath("vllm_cli.py").read_text(),
+        "hk_python": VENV_PYTHON,
+        "hk_local_links": " ".join(link for link in target.find_links if link.startswith("/")),
     }, target.pip_argv())
 
 

@@ -182,3 +182,31 @@ def test_pip_past_its_deadline_is_stopped_and_removed(tmp_path, monkeypatch):
     assert result.returncode == 1
     assert "pip install vllm==0.33.0 did not finish within 3 s" in result.stderr
     assert not Path(wanted.venv).exists()
+
+
+def test_without_ensurepip_pip_comes_from_a_pip_wheel_in_the_wheelhouse(tmp_path, wheelhouse, monkeypatch):
+    """Debian's python3 without python3-venv: `-m venv` fails, `-m venv --without-pip` works."""
+    import ensurepip
+    import shutil
+    import sys
+
+    bundled = sorted(Path(ensurepip.__file__).parent.glob("_bundled/pip-*.whl"))
+    if not bundled:
+        pytest.skip("this python has no bundled pip wheel to put in the wheelhouse")
+    house = tmp_path / "house"
+    shutil.copytree(wheelhouse, house)
+    shutil.copy(bundled[-1], house)
+    debian = tmp_path / "python3"
+    debian.write_text(f'#!/bin/sh\n[ "$1 $2 $3" = "-m venv --without-pip" ] || exit 1\nexec {sys.executable} "$@"\n')
+    debian.chmod(0o755)
+    monkeypatch.setattr(vllm_install, "VENV_PYTHON", str(debian))
+    wanted = target(tmp_path / "vllm", house, "0.33.0")
+    result = sh(install_command(wanted))
+    assert result.returncode == 0, result.stderr
+    assert (Path(wanted.venv) / ".hostkit-release").exists()
+    assert not (Path(wanted.venv) / "bin" / "pip").read_text().startswith("#!/usr")  # the venv's own pip
+
+    bare = target(tmp_path / "vllm2", wheelhouse, "0.33.0")  # no pip wheel there
+    refused = sh(install_command(bare))
+    assert refused.returncode == 1 and "no pip wheel is in a vllm_find_links directory" in refused.stderr
+    assert "apt install python3-venv" in refused.stderr and not Path(bare.venv).exists()

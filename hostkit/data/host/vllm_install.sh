@@ -1,6 +1,7 @@
 # hostkit's vLLM release install (hostkit.operations.vllm_install). Set before it: hk_root,
 # hk_venv, hk_release (package==version), hk_needed_kib, hk_pip_timeout_s, hk_cli (the
-# entry point's text, hostkit/vllm_cli.py), and the pip install command line as "$@".
+# entry point's text, hostkit/vllm_cli.py), hk_python (the interpreter that makes the venv),
+# hk_local_links (the find-links directories), and the pip install command line as "$@".
 # A failed or partial install is removed; nothing outside hk_venv changes before it is complete.
 hk_fail() { echo "vLLM install: $*" >&2; exit 1; }
 hk_d=$hk_root
@@ -14,7 +15,20 @@ install -d -m 0755 -o root -g root "$hk_root" || hk_fail "cannot create $hk_root
 # An interrupted earlier install left this venv without hostkit's marker.
 rm -rf -- "$hk_venv"
 trap 'rm -rf -- "$hk_venv"' EXIT
-python3 -m venv "$hk_venv" || hk_fail "python3 -m venv $hk_venv failed (Debian and Ubuntu: apt install python3-venv); nothing was changed"
+if ! "$hk_python" -m venv "$hk_venv" > /dev/null 2>&1; then
+  # Debian and Ubuntu without python3-venv have no ensurepip: an air-gapped host gets pip from
+  # a pip wheel in a local find-links directory (pip runs from its own wheel).
+  rm -rf -- "$hk_venv"
+  hk_pip_wheel=
+  for hk_l in $hk_local_links; do
+    for hk_w in "$hk_l"/pip-*.whl; do [ ! -f "$hk_w" ] || hk_pip_wheel=$hk_w; done
+  done
+  [ -n "$hk_pip_wheel" ] || hk_fail "$hk_python -m venv $hk_venv failed and no pip wheel is in a vllm_find_links directory \
+(Debian and Ubuntu: apt install python3-venv); nothing was changed"
+  "$hk_python" -m venv --without-pip "$hk_venv" || hk_fail "$hk_python -m venv --without-pip $hk_venv failed; nothing was changed"
+  "$hk_venv/bin/python" "$hk_pip_wheel/pip" install --no-index --quiet --disable-pip-version-check "$hk_pip_wheel" \
+    || hk_fail "installing pip from $hk_pip_wheel failed; nothing was changed"
+fi
 timeout -k 5 "$hk_pip_timeout_s" "$@" > "$hk_venv/.pip.log" 2>&1
 hk_rc=$?
 tail -n 40 "$hk_venv/.pip.log"
