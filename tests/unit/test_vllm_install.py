@@ -210,3 +210,21 @@ def test_without_ensurepip_pip_comes_from_a_pip_wheel_in_the_wheelhouse(tmp_path
     refused = sh(install_command(bare))
     assert refused.returncode == 1 and "no pip wheel is in a vllm_find_links directory" in refused.stderr
     assert "apt install python3-venv" in refused.stderr and not Path(bare.venv).exists()
+
+
+def test_the_standin_wheel_installs_and_runs_through_hostkits_entry_point(tmp_path):
+    """tests/standin/wheel.py, as the lab test installs it: pip from a wheelhouse with no index,
+    then vLLM's CLI layout through bin/hostkit-vllm, checked by hostkit's parse check."""
+    from tests.standin.wheel import standin_wheel
+
+    house = tmp_path / "house"
+    house.mkdir()
+    standin_wheel(house, "0.33.0")
+    wanted = target(tmp_path / "vllm", house, "0.33.0")
+    assert sh(install_command(wanted)).returncode == 0
+    entry = f"{wanted.venv}/bin/hostkit-vllm"
+    assert sh(f"{entry} --version").stdout.strip() == "0.33.0"
+    check = Path(vllm_install.__file__).parents[1] / "vllm_parse_check.py"
+    parse = f"{wanted.venv}/bin/python {check} {entry} serve m --port 8000"
+    assert sh(f"{parse} --disable-chunked-prefill").returncode == 0  # 0.33.0's spelling
+    assert sh(f"{parse} --no-enable-chunked-prefill").returncode == 2  # 0.17.1's
