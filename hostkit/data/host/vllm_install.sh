@@ -1,12 +1,19 @@
 # hostkit's vLLM release install (hostkit.operations.vllm_install). Set before it: hk_root,
 # hk_venv, hk_release (package==version), hk_needed_kib, hk_pip_timeout_s, hk_cli (the
 # entry point's text, hostkit/vllm_cli.py), hk_python (the interpreter that makes the venv),
-# hk_local_links (the find-links directories), and the pip install command line as "$@".
+# hk_local_links (the find-links directories), hk_wheelhouse_only (1: those alone, no index)
+# with hk_wheelhouse_factor, and the pip install command line as "$@".
 # A failed or partial install is removed; nothing outside hk_venv changes before it is complete.
 hk_fail() { echo "vLLM install: $*" >&2; exit 1; }
 hk_d=$hk_root
 while [ ! -d "$hk_d" ]; do hk_d=${hk_d%/*}; [ -n "$hk_d" ] || hk_d=/; done
 hk_free_kib=$(df -Pk "$hk_d" | awk 'NR == 2 { print $4 }')
+if [ "$hk_wheelhouse_only" = 1 ]; then
+  # Offline, pip installs nothing that is not in the wheelhouse: a venv is at most
+  # hk_wheelhouse_factor times its wheels.
+  hk_house_kib=$(du -skL $hk_local_links 2>/dev/null | awk '{ s += $1 } END { print s + 0 }')
+  [ $((hk_house_kib * hk_wheelhouse_factor)) -ge "$hk_needed_kib" ] || hk_needed_kib=$((hk_house_kib * hk_wheelhouse_factor))
+fi
 [ -n "$hk_free_kib" ] || hk_fail "cannot read the free space of $hk_d"
 [ "$hk_free_kib" -ge "$hk_needed_kib" ] || hk_fail "not enough space for $hk_release under $hk_root: it needs \
 $((hk_needed_kib / 1024)) MiB, the filesystem of $hk_d has $((hk_free_kib / 1024)) MiB free; nothing was changed"
