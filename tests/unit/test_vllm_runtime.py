@@ -127,3 +127,18 @@ def test_a_cpu_build_needs_no_driver_and_a_cuda_build_without_one_is_refused():
 def test_older_venvs_are_removed_the_current_and_previous_kept():
     venvs = ["/opt/vllm/vllm-0.31.0", "/opt/vllm/vllm-0.32.0", "/opt/vllm/vllm-0.33.0"]
     assert venvs_to_remove(venvs, ("/opt/vllm/vllm-0.33.0", "/opt/vllm/vllm-0.32.0")) == ["/opt/vllm/vllm-0.31.0"]
+
+
+def test_the_release_probe_on_a_real_h200_reads_torchs_cuda_build_without_importing_it():
+    """device-run/vllm-release-*.txt: hostkit/data/host/vllm_release.{sh,py} run on the H200 machine
+    (2026-12-01) with its torch venv's python as vllm_command; torch imported there said
+    2.11.0+cu130, CUDA 13.0; the driver is 580.159.04."""
+    from hostkit.facts.vllm_release import VllmReleaseFact
+
+    lines = (GPU_FIXTURES / "device-run" / "vllm-release-section.txt").read_text().splitlines()
+    release = VllmReleaseFact().process(lines).release
+    assert (release.torch, release.cuda, release.version) == ("2.11.0", "13.0", None)  # no vLLM there
+    assert driver_problem(f"torch {release.torch}", release.cuda, driver_of("device-run/gpu-section.txt")) is None
+    check = (GPU_FIXTURES / "device-run" / "vllm-release-check.txt").read_text()
+    assert "torch (imported, for comparison)\n/opt/torch/.venv/bin/python3 2.11.0+cu130 13.0" in check
+    assert "this driver 580.159.04 -> OK" in check
