@@ -13,7 +13,7 @@ from pyinfra.api.exceptions import PyinfraError
 
 from hostkit.facts.snapshot import snapshot
 from hostkit.gather import planning_facts
-from hostkit.operations import driver_hold, gpu, kernel, lock, monitoring, swap, vllm_service, watchdog
+from hostkit.operations import driver_hold, gpu, kernel, lock, monitoring, swap, vllm_install, vllm_service, watchdog
 from hostkit.planner import PlanError, plan_host
 from hostkit.plans import HostPlan
 from hostkit.profile import HostProfile, ProfileError, validate_inventory
@@ -76,8 +76,11 @@ def vllm_host() -> None:
     # Before the vLLM unit: a host whose vLLM fails to start is the one to watch.
     monitoring.monitoring(name="Memory monitoring", profile=profile)
     if plan.vllm.enabled:
+        # Before the unit: the release that runs must be the one the flags are rendered for.
+        vllm_install.vllm_runtime(name="vLLM runtime", plan=plan.vllm, profile=profile)
         vllm_service.vllm_service(name="vLLM systemd unit", plan=plan.vllm, profile=profile)
-        vllm_service.vllm_ready(name="vLLM readiness gate", plan=plan.vllm, profile=profile)
+        vllm_service.vllm_ready(name="vLLM readiness gate", plan=plan.vllm, profile=profile,
+                                on_not_ready=vllm_install.roll_back if profile.vllm_install else None)
     # After the gate: the watchdog judges a vLLM that has served. Also run when vLLM is
     # disabled, to remove a watchdog installed before.
     watchdog.vllm_watchdog(name="vLLM health watchdog", plan=watchdog.watchdog_plan(profile, plan.vllm))

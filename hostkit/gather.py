@@ -6,7 +6,15 @@ from collections.abc import Sequence
 
 from hostkit.facts.gpu import GpuDevice, GpuFacts
 from hostkit.facts.snapshot import HostSnapshot, snapshot
-from hostkit.planning_facts import FilesystemFact, GpuFact, GpuProcessFact, NvmeDeviceFact, PlanningFacts, SwapFact
+from hostkit.planning_facts import (
+    FilesystemFact,
+    GpuFact,
+    GpuProcessFact,
+    InstalledVllmFact,
+    NvmeDeviceFact,
+    PlanningFacts,
+    SwapFact,
+)
 from hostkit.plans import VLLM_UNIT
 
 # Where systemd puts the unit's processes; hostkit's unit is a system service.
@@ -26,6 +34,20 @@ def gpu_fact(gpu: GpuDevice, facts: GpuFacts, unit_cgroup: str = VLLM_UNIT_CGROU
         other_processes=[GpuProcessFact(pid=p.pid, name=p.name, used_mib=p.used_mib) for p in held if p not in own],
         processes_unknown=facts.processes_error,
     )
+
+
+def driver_version(gpu: GpuFacts) -> str | None:
+    """The driver CUDA talks to: NVML's version, else the kernel module's; None: no driver."""
+    return gpu.nvml_version or gpu.module_version
+
+
+def installed_vllm(snap: HostSnapshot) -> InstalledVllmFact | None:
+    section = getattr(snap, "vllm_release", None)  # snapshots recorded before the section had none
+    if section is None:
+        return None
+    release = section.release
+    return InstalledVllmFact(package=release.package, version=release.version, torch=release.torch,
+                             cuda=release.cuda, where=release.interpreter)
 
 
 def planning_facts(snap: HostSnapshot) -> PlanningFacts:
@@ -70,6 +92,8 @@ def planning_facts(snap: HostSnapshot) -> PlanningFacts:
         gpus=[gpu_fact(g, gpu) for g in gpu.gpus],
         platform=None if platform is None else platform.model_copy(
             update={"lsblk_without_path": storage.lsblk_without_path}),
+        vllm_installed=installed_vllm(snap),
+        driver_version=driver_version(gpu),
     )
 
 

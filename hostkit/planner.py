@@ -45,12 +45,14 @@ from hostkit.plans import (
     NvmePlan,
     SwapPlan,
     VllmPlan,
+    VllmRuntimePlan,
     VllmSizing,
 )
 from hostkit.profile import HostProfile, mask
 from hostkit.sizes import GIB, MIB, format_size
 from hostkit.swap_filesystems import swap_file_refusal
 from hostkit.vllm_flags import FlagError, flags_for, known_versions, parse_version, render_flags
+from hostkit.vllm_runtime import InstallTarget, driver_floor, driver_problem, mismatch_problem
 from hostkit.vllm_unit import unit_notes
 
 SWAP_AUTO_MIN = 8 * GIB
@@ -327,6 +329,39 @@ def _plan_vllm(
         parse_check_timeout_s=p.vllm_parse_check_timeout,
         hardening=p.vllm_hardening,
         sizing=sizing,
+        runtime=_runtime_plan(p, facts, found),
+    )
+
+
+def _runtime_plan(p: HostProfile, facts: PlanningFacts, found: _Findings) -> VllmRuntimePlan:
+    """The release the host has and gets. What the deploy refuses (hostkit.operations.vllm_install)
+    is a warning here: the host's state, not the data, stands in the way."""
+    installed = facts.vllm_installed
+    have = installed if installed is not None and installed.version else None
+    described = None
+    if have is not None:
+        build = f"CUDA {have.cuda}" if have.cuda else "CPU build" if have.torch else "no torch"
+        described = f"{have.package} {have.version} ({build}; {have.where})"
+    target = InstallTarget.from_profile(p)
+    runs_target = have is not None and (not p.vllm_install or
+                                        (have.package == p.vllm_package and have.version == p.vllm_version))
+    if have is not None and not p.vllm_install:
+        problem = mismatch_problem(have.version, p.vllm_version, have.where or p.vllm_command)
+        if problem:
+            found.warnings.append(f"the deploy will refuse this host: {problem}")
+    if runs_target and have.cuda:
+        problem = driver_problem(f"{have.package} {have.version}", have.cuda, facts.driver_version)
+        if problem:
+            found.warnings.append(f"the deploy will refuse this host: {problem}")
+    return VllmRuntimePlan(
+        install=p.vllm_install,
+        target=target.requirement if p.vllm_install else f"vLLM {p.vllm_version} at {p.vllm_command}",
+        source=target.source() if p.vllm_install else None,
+        venv=target.venv if p.vllm_install else None,
+        installed=described,
+        cuda=have.cuda if have is not None else None,
+        driver=facts.driver_version,
+        driver_floor=driver_floor(have.cuda) if have is not None and have.cuda else None,
     )
 
 

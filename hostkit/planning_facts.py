@@ -71,6 +71,16 @@ class GpuFact(_Facts):
         return max(0, self.memory_used_mib - self.memory_vllm_mib)
 
 
+class InstalledVllmFact(_Facts):
+    """The vLLM release in the environment that runs it (hostkit.facts.vllm_release)."""
+
+    package: str | None = None
+    version: str | None = None  # None: no vLLM distribution found there
+    torch: str | None = None
+    cuda: str | None = None  # torch.version.cuda; None: a CPU build or no torch
+    where: str | None = None  # the interpreter it was read with
+
+
 class PlanningFacts(_Facts):
     ram_total_bytes: int
     ram_available_bytes: int
@@ -88,3 +98,5 @@ class PlanningFacts(_Facts):
     model_config_json: dict[str, Any] | None = None
     # SELinux, tuned, the probes' python, driver upgrades (hostkit.platform_findings reads it).
     platform: PlatformInfo | None = None
+    vllm_installed: InstalledVllmFact | None = None
+    driver_version: str | None = None  # the NVIDIA driver CUDA talks to (NVML's, else the kernel module's)

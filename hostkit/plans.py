@@ -66,6 +66,19 @@ class VllmSizing(_Plan):
     expected_tokens_per_request: int | None = None
 
 
+class VllmRuntimePlan(_Plan):
+    """The vLLM release: what the host has, what it gets, and what driver that needs."""
+
+    install: bool  # vllm_install: hostkit installs `target` with pip
+    target: str  # "vllm==0.33.0"
+    source: str | None = None  # where pip gets it (install only)
+    venv: str | None = None  # install only
+    installed: str | None = None  # what the host runs now, described; None: unknown
+    cuda: str | None = None  # the installed build's CUDA (the target's is known after pip)
+    driver: str | None = None
+    driver_floor: str | None = None  # the oldest driver for `cuda`
+
+
 class VllmPlan(_Plan):
     enabled: bool
     version: str = ""
@@ -87,6 +100,7 @@ class VllmPlan(_Plan):
     parse_check_timeout_s: int = 60
     hardening: str = "standard"  # "standard" | "strict"
     sizing: VllmSizing | None = None  # None when the model or the GPUs are unknown
+    runtime: VllmRuntimePlan | None = None
 
 
 class HostPlan(_Plan):

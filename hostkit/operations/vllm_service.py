@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import re
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from hashlib import sha256
 from importlib import resources
@@ -332,7 +333,8 @@ def show_journal(op_host: Host, connector_arguments: dict[str, Any]) -> None:
     _log_lines(op_host, output.stdout_lines + output.stderr_lines)
 
 
-def wait_for_vllm(state: State, host: Host, plan: VllmPlan, connector_arguments: dict[str, Any]) -> bool:
+def wait_for_vllm(state: State, host: Host, plan: VllmPlan, connector_arguments: dict[str, Any],
+                  on_not_ready: Callable[[State, Host, VllmPlan, dict[str, Any]], None] | None = None) -> bool:
     fact = VllmServiceFact()
     command = StringCommand(fact.command(target=ServiceTarget.from_plan(plan)))
     watch = CrashWatch()
@@ -348,6 +350,8 @@ def wait_for_vllm(state: State, host: Host, plan: VllmPlan, connector_arguments:
     why = result.last.give_up or f"not ready after {plan.ready_timeout_s}s"
     host.log_styled(f"vLLM: {why} ({result.last.status})", fg="red", log_func=logger.error)
     show_journal(host, connector_arguments)
+    if on_not_ready is not None:
+        on_not_ready(state, host, plan, connector_arguments)
     return False
 
 
@@ -440,7 +444,7 @@ def _script(steps: list[str]) -> str:
 
 
 @operation()
-def vllm_ready(plan: VllmPlan, profile: Any = None):
+def vllm_ready(plan: VllmPlan, profile: Any = None, on_not_ready: Callable | None = None):
     """
     Wait until vLLM answers /health and lists the served model on /v1/models.
 
@@ -448,6 +452,8 @@ def vllm_ready(plan: VllmPlan, profile: Any = None):
 
     + plan: the host's VllmPlan (nothing happens when plan.enabled is false)
     + profile: the host's HostProfile, for the snapshot; None uses the memoised one
+    + on_not_ready: called (state, host, plan, connector arguments) after the journal lines
+      when vLLM does not become ready (hostkit.operations.vllm_install.roll_back); the host fails anyway
     """
     if not plan.enabled:
         return
@@ -455,4 +461,4 @@ def vllm_ready(plan: VllmPlan, profile: Any = None):
     current = _current(plan, profile)
     if not service_changes(current, unit_text, env_text) and observe(plan, current).ready:
         return
-    yield FunctionCommand(wait_for_vllm, (plan, _connector_arguments(host)), {})
+    yield FunctionCommand(wait_for_vllm, (plan, _connector_arguments(host), on_not_ready), {})

