@@ -16,10 +16,10 @@ install: $(VENV)/.installed
 demo: install
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(PY) scripts/demo.py
 
-# The end-to-end modules run on two xdist workers, one lane of modules each (LANES in
+# The end-to-end modules run on three xdist workers, one lane of modules each (LANES in
 # tests/e2e/conftest.py), in collection order (--no-loadscope-reorder). The unit tests run
 # alone first: some load pyinfra's CLI, whose gevent monkey-patching breaks xdist's workers.
-XDIST := -n 2 --dist loadgroup --no-loadscope-reorder
+XDIST := -n 3 --dist loadgroup --no-loadscope-reorder
 
 # Then the fault report (scripts/fault_report.py) summarises the bad-input, fault and
 # security tests of that run from its junit XML.

@@ -10,7 +10,7 @@ import socket
 import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from hostkit.lab.image import base_image, ssh_key
@@ -46,6 +46,11 @@ class LabHost:
     key: str
     cpus: int = 2
     known_hosts: str = ""
+    memory_mb: int = MEMORY_MB
+    # Raw disk images attached read-only after the root disk (/dev/vdb, /dev/vdc, ...).
+    disks: list[str] = field(default_factory=list)
+    # qemu's CPU priority (nice(1)): a long background host yields to the others.
+    nice: int = 0
 
     # -- connection ---------------------------------------------------------------------
     def ssh_argv(self, command: str | None = None, connect_timeout: int = 10) -> list[str]:
@@ -104,10 +109,11 @@ class LabHost:
         append = f"root=/dev/vda rw console=ttyS0 net.ifnames=0 systemd.hostname={self.name}"
         if self.cgroup == "v1":
             append += " systemd.unified_cgroup_hierarchy=0"
+        read_only = [arg for disk in self.disks for arg in ("-drive", f"file={disk},if=virtio,format=raw,readonly=on")]
         subprocess.run(
             [
-                "qemu-system-x86_64", "-name", self.name,
-                "-accel", "tcg,thread=multi", "-cpu", "max", "-smp", str(self.cpus), "-m", str(MEMORY_MB),
+                "nice", "-n", str(self.nice), "qemu-system-x86_64", "-name", self.name,
+                "-accel", "tcg,thread=multi", "-cpu", "max", "-smp", str(self.cpus), "-m", str(self.memory_mb),
                 "-display", "none", "-monitor", "none", "-serial", f"file:{self.path / 'console.log'}",
                 "-daemonize", "-pidfile", str(self.path / "qemu.pid"),
                 "-kernel", str(image.kernel), "-initrd", str(image.initrd), "-append", append,
@@ -116,6 +122,7 @@ class LabHost:
                 "-drive", f"file={self.path / 'root.qcow2'},if=virtio,format=qcow2,cache=unsafe",
                 "-drive", f"file={self.path / 'nvme.qcow2'},if=none,id=nvm,format=qcow2,cache=unsafe",
                 "-device", f"nvme,drive=nvm,serial=hostkit-{self.name}",
+                *read_only,
                 "-netdev", f"user,id=n0,hostfwd=tcp:127.0.0.1:{self.port}-:22",
                 "-device", "virtio-net-pci,netdev=n0",
             ],
@@ -241,7 +248,8 @@ class Lab:
         ))
 
     def up(self, count: int = 1, os_name: str = "debian12", cgroup: str = "v2", prefix: str = "lab",
-           cpus: int | None = None) -> list[LabHost]:
+           cpus: int | None = None, memory_mb: int = MEMORY_MB, disks: tuple[str, ...] = (),
+           nice: int = 0) -> list[LabHost]:
         """Start `count` fresh hosts (besides any already running) and wait for ssh on all."""
         if cgroup == "v1" and os_name != "debian12":
             raise SystemExit("cgroup v1 needs --os debian12: Debian 13's systemd refuses cgroup v1")
@@ -264,7 +272,8 @@ class Lab:
             _create_blank(host_dir / "nvme.qcow2")
             new_hosts.append(LabHost(name=name, port=_free_port(), os=os_name, cgroup=cgroup,
                                      directory=str(host_dir), key=str(ssh_key()), cpus=cpus or self.cpus,
-                                     known_hosts=str(self.known_hosts)))
+                                     known_hosts=str(self.known_hosts), memory_mb=memory_mb, disks=list(disks),
+                                     nice=nice))
         self._save(existing + new_hosts)
         say(f"booting {', '.join(h.name for h in new_hosts)} ({os_name}, cgroup {cgroup}, qemu TCG)")
         for lab_host in new_hosts:

@@ -23,7 +23,7 @@ from typing import Any
 from hostkit.profile import HostProfile
 from hostkit.rollout import probe as probe_module
 from hostkit.rollout.pyinfra_batch import limit_args
-from hostkit.rollout.report import GateCheck, GateResult
+from hostkit.rollout.report import RELEASE_CHECK, GateCheck, GateResult
 
 PROBE_SOURCE = Path(probe_module.__file__).read_text()
 CONNECT_TIMEOUT_S = 3.0
@@ -200,15 +200,15 @@ class VerifyGate:
         verified = run_verify(self.inventory, names, self.cwd, self.service_gate.timeout)
         served = self.service_gate(names)
         return {
-            name: GateResult.of([verified[name], *served[name].checks], time.monotonic() - started)
+            name: GateResult.of([*verified[name], *served[name].checks], time.monotonic() - started)
             for name in names
         }
 
 
 def run_verify(inventory: str, names: Sequence[str], cwd: str | Path | None = None,
-               ready_timeout: float | None = None) -> dict[str, GateCheck]:
+               ready_timeout: float | None = None) -> dict[str, list[GateCheck]]:
     """`hostkit verify` (its own process: it patches the stdlib for gevent and runs
-    testinfra) for `names`; one check per host."""
+    testinfra) for `names`: per host its verdict, and the vLLM release it found in service."""
     argv = [sys.executable, "-c", "from hostkit.commands.verify import verify; verify()", inventory,
             *limit_args(names), "--format", "json"]
     if ready_timeout is not None:
@@ -221,8 +221,15 @@ def run_verify(inventory: str, names: Sequence[str], cwd: str | Path | None = No
         by_name = {host["name"]: host for host in payload["hosts"]}
     except (ValueError, KeyError, TypeError):
         detail = f"hostkit verify exited {proc.returncode} without a JSON report: {proc.stderr.strip()[-300:]}"
-        return {name: GateCheck("verify", False, detail, seconds) for name in names}
-    return {name: verify_check(by_name.get(name), seconds) for name in names}
+        return {name: [GateCheck("verify", False, detail, seconds)] for name in names}
+    return {name: [verify_check(by_name.get(name), seconds), *release_check(by_name.get(name))] for name in names}
+
+
+def release_check(host: Mapping[str, Any] | None) -> list[GateCheck]:
+    """verify's vLLM release check as a gate check: the rollout's summary shows each host's release."""
+    found = [check for check in (host or {}).get("checks", [])
+             if (check.get("area"), check.get("name")) == ("vllm", "release")]
+    return [GateCheck(RELEASE_CHECK, bool(check.get("ok")), str(check.get("actual")), 0.0) for check in found[:1]]
 
 
 def verify_check(host: Mapping[str, Any] | None, seconds: float) -> GateCheck:

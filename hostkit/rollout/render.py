@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hostkit.rollout.report import FAILED, HostRecord, RolloutReport
+from hostkit.rollout.report import FAILED, RELEASE_CHECK, HostRecord, RolloutReport
 
 
 def _seconds(value: float | None) -> str:
@@ -20,8 +20,16 @@ def _changes(record: HostRecord, dry: bool) -> str:
     return str(len(operations)) if operations or record.state != "untouched" else "-"
 
 
+def _release(record: HostRecord) -> str:
+    """The vLLM release the gate's verify found in service, without its torch build."""
+    checks = record.gate.checks if record.gate else []
+    found = [check.detail.split(" (", 1)[0] for check in checks if check.name == RELEASE_CHECK]
+    return found[0] if found else "-"
+
+
 def summary_table(report: RolloutReport) -> str:
-    header = ("HOST", "BATCH", "STATE", "WOULD CHANGE" if report.dry else "CHANGED", "GATE", "DEPLOY S", "GATE S", "NOTE")
+    header = ("HOST", "BATCH", "STATE", "WOULD CHANGE" if report.dry else "CHANGED", "GATE", "RELEASE", "DEPLOY S",
+              "GATE S", "NOTE")
     rows = [header]
     for record in report.hosts:
         note = record.failure if record.state == FAILED else ("done in the resumed run" if record.previous_run else "")
@@ -31,6 +39,7 @@ def summary_table(report: RolloutReport) -> str:
             record.state,
             _changes(record, report.dry),
             _gate(record),
+            _release(record),
             _seconds(record.deploy_seconds),
             _seconds(record.gate_seconds),
             note or "",

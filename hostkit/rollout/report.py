@@ -23,6 +23,10 @@ IN_PROGRESS = "in_progress"
 PLANNED = "planned"  # --dry: what would happen
 
 
+# The gate check that carries the vLLM release verify found in service (its detail).
+RELEASE_CHECK = "release"
+
+
 @dataclass
 class GateCheck:
     name: str

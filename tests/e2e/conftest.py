@@ -7,7 +7,8 @@
   test_main_deploy.py provisions it, the modules after it deploy their own data on it.
 - `lab_fleet`: three fresh hosts with the stand-in, shared by the modules in FLEET_MODULES.
 - `lab_host_factory(os_name=..., cgroup=...)`: fresh hosts of other kinds.
-- `run_deploy(host_or_hosts, data=None, deploy=..., extra=())`: the pyinfra CLI on a temporary
+- `run_deploy(host_or_hosts, data=None, deploy=..., extra=())` (`module_run_deploy` for module
+  fixtures): the pyinfra CLI on a temporary
   inventory holding those hosts with the lab data plus `data`; returns a PyinfraRun.
 """
 
@@ -48,6 +49,9 @@ LANES = {
                "test_distros.py[debian13]"),
     "lane-b": ("test_swap.py", "test_faults.py", "test_kernel.py[debian12]", "test_kernel.py[debian13]",
                "test_vllm_service.py[v1]", "test_distros.py[debian11]", "test_watchdog.py"),
+    # Real vLLM in a lab host (one install, two starts: long, mostly one VM's CPU), then the
+    # stand-in releases' install, upgrade and rollback.
+    "lane-c": ("test_real_vllm.py", "test_vllm_install.py"),
 }
 
 # Boots are the slowest part of the lab (qemu TCG), so some modules share hosts. Those run
@@ -195,6 +199,16 @@ def shared_lab_host(lab, request) -> LabHost:
 
 @pytest.fixture
 def run_deploy(tmp_path):
+    return deploy_runner(tmp_path)
+
+
+@pytest.fixture(scope="module")
+def module_run_deploy(tmp_path_factory):
+    """run_deploy for module-scoped fixtures."""
+    return deploy_runner(tmp_path_factory.mktemp("deploy"))
+
+
+def deploy_runner(tmp_path: Path):
     counter = iter(range(1000))
 
     def run(hosts, data: dict | None = None, deploy: str | Path = MAIN_DEPLOY, extra=(),

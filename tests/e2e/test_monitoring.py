@@ -152,6 +152,9 @@ def test_collector_cost_per_run(monitored):
     assert "hostkit_vllm_up 1" in written
 
 
+JOB_PORTS = {"node": 9100, "vllm": 8000}
+
+
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -159,20 +162,20 @@ def free_port() -> int:
 
 
 @contextmanager
-def prometheus(tmp_path: Path, host_name: str, node_url: str, vllm_url: str):
-    """A Prometheus server on loopback, scraping both URLs every 2 s, with the shipped rules;
-    the targets' `instance` is the lab host's name, not the forwarded port's."""
+def prometheus(tmp_path: Path, host_name: str, targets: dict[str, str]):
+    """A Prometheus server on loopback, scraping each job's URL every 2 s, with the shipped rules;
+    the targets' `instance` is the lab host's name and the port on it, not the forwarded port."""
     rules = tmp_path / "alerts.rules.yml"
     rules.write_text(re.sub(r"(?m)^(\s+for:) \S+$", r"\1 10s", RULES.read_text()))
     port = free_port()
-    node, vllm = (urllib.parse.urlparse(url).netloc for url in (node_url, vllm_url))
     config = tmp_path / "prometheus.yml"
     config.write_text(json.dumps({
         "global": {"scrape_interval": "2s", "evaluation_interval": "2s"},
         "rule_files": [str(rules)],
         "scrape_configs": [
-            {"job_name": "node", "static_configs": [{"targets": [node], "labels": {"instance": f"{host_name}:9100"}}]},
-            {"job_name": "vllm", "static_configs": [{"targets": [vllm], "labels": {"instance": f"{host_name}:8000"}}]},
+            {"job_name": job, "static_configs": [{"targets": [urllib.parse.urlparse(url).netloc],
+                                                  "labels": {"instance": f"{host_name}:{JOB_PORTS[job]}"}}]}
+            for job, url in targets.items()
         ],
     }))
     log = (tmp_path / "prometheus.log").open("w")
@@ -218,7 +221,7 @@ def test_alerts_fire_on_a_memory_overrun_in_the_unit(monitored, tmp_path):
     with ExitStack() as stack:
         node_url = stack.enter_context(forwarded(lab_host, 9100))
         vllm_url = stack.enter_context(forwarded(lab_host, 8000))
-        base = stack.enter_context(prometheus(tmp_path, lab_host.name, node_url, vllm_url))
+        base = stack.enter_context(prometheus(tmp_path, lab_host.name, {"node": node_url, "vllm": vllm_url}))
         wait_for(lambda: {t["labels"]["job"] for t in api(base, "targets")["activeTargets"] if t["health"] == "up"}
                  == {"node", "vllm"}, 60, "both scrape targets up")
         wait_for(lambda: api(base, "query", query="hostkit_vllm_up")["result"], 30, "hostkit_vllm_up scraped")

