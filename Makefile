@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 BIN := $(VENV)/bin
 
-.PHONY: install demo test unit realvllm e2e lab-down clean
+.PHONY: install demo demo-real test unit realvllm e2e lab-down clean
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -15,6 +15,10 @@ install: $(VENV)/.installed
 
 demo: install
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(PY) scripts/demo.py
+
+# The same with real vLLM's CPU build, installed by the deploy (about 30 min under qemu TCG).
+demo-real: install
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(PY) scripts/demo.py --real
 
 # The end-to-end modules run on three xdist workers, one lane of modules each (LANES in
 # tests/e2e/conftest.py), in collection order (--no-loadscope-reorder). The unit tests run

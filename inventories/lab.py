@@ -1,10 +1,12 @@
 """The lab hosts started by `hostkit lab up` (connection data from .lab/lab.json).
 
 Lab hosts have no GPU and no internet: vLLM there is the lab stand-in (tests/standin),
-installed by `make demo` and by the end-to-end tests. Everything else is real.
+installed by `make demo` and by the end-to-end tests, except on hosts named realvllm*
+(`make demo-real`), which hostkit gives real vLLM's CPU build (hostkit/lab/real_vllm.py).
+Everything else is real.
 """
 
-from hostkit.lab import Lab
+from hostkit.lab import Lab, real_vllm
 
 LAB_DATA = {
     "gpu_required": False,
@@ -17,4 +19,8 @@ LAB_DATA = {
     "vllm_api_key": "lab-secret-not-for-production",
 }
 
-lab_hosts = [(lab_host.name, {**lab_host.pyinfra_data(), **LAB_DATA}) for lab_host in Lab().hosts()]
+lab_hosts = [
+    (lab_host.name, {**lab_host.pyinfra_data(), **LAB_DATA,
+                     **(real_vllm.DATA if real_vllm.serves_real_vllm(lab_host.name) else {})})
+    for lab_host in Lab().hosts()
+]

@@ -6,6 +6,11 @@
    the vLLM unit and its readiness gate.
 4. The same deploy again: it must report no changes.
 5. `hostkit verify inventories/lab.py`: the post-provision checks.
+
+`--real` (`make demo-real`): the same on a host named realvllm1 that gets real vLLM's CPU
+build instead of the stand-in, installed by the deploy itself (vllm_install) from a disk the
+lab builds once (tests/realvllm/lab_disk.py), and ends with a real completion. About 30 min
+under qemu TCG: the install and the start take most of it.
 """
 
 from __future__ import annotations
@@ -18,9 +23,13 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from hostkit.lab import Lab  # noqa: E402
+from hostkit.lab import Lab, real_vllm  # noqa: E402
 from hostkit.pyinfra_runner import run_pyinfra  # noqa: E402
 from tests.standin.install import install_standin  # noqa: E402
+
+# The real deploy installs vLLM (about 15 min in a lab host) and starts it (about 10).
+REAL_DEPLOY_TIMEOUT_S = 3600
+COMPLETION_SH = REPO / "scripts" / "lab_completion.sh"
 
 INVENTORY = REPO / "inventories" / "lab.py"
 DEPLOY = REPO / "deploys" / "vllm_host.py"
@@ -31,22 +40,38 @@ def step(message: str) -> None:
 
 
 def main() -> int:
+    real = "--real" in sys.argv[1:]
     summary: list[tuple[str, str]] = []
     lab = Lab()
-    hosts = [h for h in lab.hosts() if h.pid is not None and h.reachable()]
+    running = [h for h in lab.hosts() if h.pid is not None and h.reachable()]
+    hosts = [h for h in running if real_vllm.serves_real_vllm(h.name) == real]
     if not hosts:
-        step("Starting a lab host (first run builds the base image: about two minutes)")
         started = time.monotonic()
-        hosts = lab.up(1)
+        if real:
+            from tests.realvllm.lab_disk import PREPARE_HOST, lab_disk
+
+            step("Building the real-vLLM lab disk (cached: wheelhouse, tiny model, libnuma1)")
+            image, _model = lab_disk()
+            step("Starting a real-vLLM lab host (5 GiB, the disk read-only at /srv/wheelhouse)")
+            hosts = lab.up(1, prefix=real_vllm.NAME_PREFIX, memory_mb=real_vllm.MEMORY_MB, disks=(str(image),))
+            hosts[0].ssh(PREPARE_HOST, check=True)
+        else:
+            step("Starting a lab host (first run builds the base image: about two minutes)")
+            hosts = lab.up(1)
         summary.append(("lab host up", f"{time.monotonic() - started:.0f} s"))
     names = ", ".join(h.name for h in hosts)
+    limit = [arg for h in hosts for arg in ("--limit", h.name)]
 
-    step(f"Installing the vLLM stand-in on {names} (lab only: real hosts run real vLLM)")
-    for lab_host in hosts:
-        install_standin(lab_host)
-
-    step(f"Provisioning {names}: pyinfra {INVENTORY.relative_to(REPO)} {DEPLOY.relative_to(REPO)}")
-    first = run_pyinfra(INVENTORY, DEPLOY, cwd=REPO)
+    if real:
+        step(f"Provisioning {names}: the deploy installs real vLLM 0.32 (CPU build) from the lab disk, "
+             "with no index; then it starts (about 25 min in all)")
+    else:
+        step(f"Installing the vLLM stand-in on {names} (lab only: real hosts run real vLLM)")
+        for lab_host in hosts:
+            install_standin(lab_host)
+        step(f"Provisioning {names}: pyinfra {INVENTORY.relative_to(REPO)} {DEPLOY.relative_to(REPO)}")
+    timeout = REAL_DEPLOY_TIMEOUT_S if real else 1800
+    first = run_pyinfra(INVENTORY, DEPLOY, *limit, cwd=REPO, timeout=timeout)
     print_run(first)
     if not first.ok:
         print(first.stderr[-4000:], file=sys.stderr)
@@ -54,13 +79,23 @@ def main() -> int:
     summary.append(("first run", f"{first.seconds:.1f} s, {len(first.changed)} operations changed"))
 
     step("Running the same deploy again: it must change nothing")
-    second = run_pyinfra(INVENTORY, DEPLOY, cwd=REPO)
+    second = run_pyinfra(INVENTORY, DEPLOY, *limit, cwd=REPO, timeout=timeout)
     print_run(second)
     summary.append(("rerun", f"{second.seconds:.1f} s, {len(second.changed)} operations changed"))
 
     step(f"Verifying: hostkit verify {INVENTORY.relative_to(REPO)}")
-    verify = subprocess.run(["hostkit", "verify", str(INVENTORY)], cwd=REPO)
+    verify = subprocess.run(["hostkit", "verify", str(INVENTORY), *limit], cwd=REPO)
     summary.append(("verify", "all checks passed" if verify.returncode == 0 else f"FAILED (exit {verify.returncode})"))
+    completed = True
+    if real:
+        step("A real completion from real vLLM (the key from the host's root-only env file, never in argv)")
+        for lab_host in hosts:
+            served = real_vllm.DATA["vllm_served_model_name"]
+            answer = subprocess.run(lab_host.ssh_argv(f"sh -s -- {served}"), input=COMPLETION_SH.read_text(),
+                                    text=True, capture_output=True, timeout=300)
+            print(answer.stdout.strip() or answer.stderr.strip())
+            completed = completed and answer.returncode == 0
+        summary.append(("completion", "200 from real vLLM" if completed else "FAILED"))
 
     step("Summary")
     for label, value in summary:
@@ -68,7 +103,7 @@ def main() -> int:
     for lab_host in hosts:
         print(f"  {lab_host.name:<14} ssh: hostkit lab ssh {lab_host.name}; "
               f"API: ssh -L 8000:127.0.0.1:8000 -p {lab_host.port} root@127.0.0.1")
-    ok = first.ok and second.ok and not second.changed and verify.returncode == 0
+    ok = first.ok and second.ok and not second.changed and verify.returncode == 0 and completed
     print("\nOK: the lab host is provisioned and verified." if ok else "\nFAILED: see above.")
     return 0 if ok else 1
 

@@ -49,8 +49,6 @@ class LabHost:
     memory_mb: int = MEMORY_MB
     # Raw disk images attached read-only after the root disk (/dev/vdb, /dev/vdc, ...).
     disks: list[str] = field(default_factory=list)
-    # qemu's CPU priority (nice(1)): a long background host yields to the others.
-    nice: int = 0
 
     # -- connection ---------------------------------------------------------------------
     def ssh_argv(self, command: str | None = None, connect_timeout: int = 10) -> list[str]:
@@ -112,7 +110,7 @@ class LabHost:
         read_only = [arg for disk in self.disks for arg in ("-drive", f"file={disk},if=virtio,format=raw,readonly=on")]
         subprocess.run(
             [
-                "nice", "-n", str(self.nice), "qemu-system-x86_64", "-name", self.name,
+                "qemu-system-x86_64", "-name", self.name,
                 "-accel", "tcg,thread=multi", "-cpu", "max", "-smp", str(self.cpus), "-m", str(self.memory_mb),
                 "-display", "none", "-monitor", "none", "-serial", f"file:{self.path / 'console.log'}",
                 "-daemonize", "-pidfile", str(self.path / "qemu.pid"),
@@ -248,8 +246,7 @@ class Lab:
         ))
 
     def up(self, count: int = 1, os_name: str = "debian12", cgroup: str = "v2", prefix: str = "lab",
-           cpus: int | None = None, memory_mb: int = MEMORY_MB, disks: tuple[str, ...] = (),
-           nice: int = 0) -> list[LabHost]:
+           cpus: int | None = None, memory_mb: int = MEMORY_MB, disks: tuple[str, ...] = ()) -> list[LabHost]:
         """Start `count` fresh hosts (besides any already running) and wait for ssh on all."""
         if cgroup == "v1" and os_name != "debian12":
             raise SystemExit("cgroup v1 needs --os debian12: Debian 13's systemd refuses cgroup v1")
@@ -272,8 +269,7 @@ class Lab:
             _create_blank(host_dir / "nvme.qcow2")
             new_hosts.append(LabHost(name=name, port=_free_port(), os=os_name, cgroup=cgroup,
                                      directory=str(host_dir), key=str(ssh_key()), cpus=cpus or self.cpus,
-                                     known_hosts=str(self.known_hosts), memory_mb=memory_mb, disks=list(disks),
-                                     nice=nice))
+                                     known_hosts=str(self.known_hosts), memory_mb=memory_mb, disks=list(disks)))
         self._save(existing + new_hosts)
         say(f"booting {', '.join(h.name for h in new_hosts)} ({os_name}, cgroup {cgroup}, qemu TCG)")
         for lab_host in new_hosts:

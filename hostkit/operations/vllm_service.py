@@ -301,8 +301,9 @@ def check_flags(state: State, host: Host, plan: VllmPlan, connector_arguments: d
     exit_status = _exit_status(output.stderr_lines)
     if exit_status in _TIMED_OUT:
         host.log_styled(
-            f"{VLLM_UNIT}: the parse check of {plan.argv[0]} did not end within {plan.parse_check_timeout_s}s: its CLI"
-            " never reached argparse's dispatch (a wrapper that serves or waits at once?), so the new command line"
+            f"{VLLM_UNIT}: the parse check of {plan.argv[0]} did not end within {plan.parse_check_timeout_s}s"
+            " (vllm_parse_check_timeout): importing vLLM took longer than that on this host, or its CLI never"
+            " reached argparse's dispatch (a wrapper that serves or waits at once?), so the new command line"
             " cannot be checked; the old unit stays. vllm_command must be vLLM's own console script.",
             fg="red", log_func=logger.error)
         _log_lines(host, output.stderr_lines[-20:])

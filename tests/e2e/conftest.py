@@ -35,13 +35,14 @@ def lab_data() -> dict:
     return dict(namespace["LAB_DATA"])
 
 
-# `make test` runs the end-to-end modules on two pytest-xdist workers, each in its own lane of
-# modules (balanced by their measured durations). Lab VMs in tests get one CPU each: two
+# `make test` runs the end-to-end modules on three pytest-xdist workers, each in its own lane
+# of modules (balanced by their measured durations). Lab VMs in tests get one CPU each: two
 # single-CPU VMs under qemu TCG run side by side at full speed on a 2-core machine (measured:
 # 44 and 46 s for a workload that took one VM alone 46 s), where two 2-CPU VMs slow each
 # other down (57 and 58 s). Measured lane times (sum of test times, CI-like run on 2026-12-01):
 # lane-a 67.7 min and lane-b 59.1 min with kernel tuning on Debian 13 (4.5 min) in lane-a, so
-# it moved to lane-b.
+# it moved to lane-b. Lane-c's real-vLLM host (one install, two starts: mostly one busy
+# vCPU at a time) shares the two cores with the other lanes.
 LAB_CPUS = 1
 LANES = {
     "lane-a": ("test_main_deploy.py", "test_bad_input.py", "test_doctor_smoke.py", "test_security.py",
@@ -212,7 +213,7 @@ def deploy_runner(tmp_path: Path):
     counter = iter(range(1000))
 
     def run(hosts, data: dict | None = None, deploy: str | Path = MAIN_DEPLOY, extra=(),
-            per_host_data: dict | None = None) -> PyinfraRun:
+            per_host_data: dict | None = None, timeout: float = 1800) -> PyinfraRun:
         hosts = hosts if isinstance(hosts, (list, tuple)) else [hosts]
         entries = []
         for lab_host in hosts:
@@ -220,7 +221,7 @@ def deploy_runner(tmp_path: Path):
             host_data.update((per_host_data or {}).get(lab_host.name, {}))
             entries.append((lab_host.name, {k: v for k, v in host_data.items() if v is not UNSET}))
         inventory = write_inventory(tmp_path / f"inventory_{next(counter)}.py", entries)
-        return run_pyinfra(inventory, deploy, *extra, cwd=REPO)
+        return run_pyinfra(inventory, deploy, *extra, cwd=REPO, timeout=timeout)
 
     return run
 

@@ -160,7 +160,8 @@ def test_a_vllm_whose_cli_never_dispatches_fails_within_its_deadline_and_release
     elapsed = time.monotonic() - started
     print(json.dumps({"host": vllm_host.name, "never_dispatching_deploy_s": round(elapsed, 1)}))
     assert not run.ok
-    assert "did not end within 10s: its CLI never reached argparse's dispatch" in run.output
+    assert "did not end within 10s (vllm_parse_check_timeout): importing vLLM took longer than that on this host, or" \
+        " its CLI never reached argparse's dispatch" in run.output
     assert elapsed < 120, elapsed  # a whole deploy; the check itself stops at 10 s
     assert sh(vllm_host, "ls /run/vllm-hostkit/deploy.lock 2>/dev/null; pgrep -f 'wrapper/bin/[v]llm'; true") == ""
     assert run_identity(vllm_host) == before and probe(vllm_host).serves("lab-model")

@@ -1,5 +1,5 @@
 """Real vLLM for lab hosts: one read-only ext4 disk image with everything hostkit's install
-needs offline, attached to a lab VM as a second virtio disk and mounted at /srv/wheelhouse.
+needs offline, attached to a lab VM as a second virtio disk and mounted at hostkit.lab.real_vllm.DISK_MOUNT.
 
 It holds the wheelhouse (wheelhouse.py), requirements.lock, a pip wheel (Debian 12's python3
 has no ensurepip without python3-venv), the tiny model (tiny_model.py) and the Debian 12 deb
@@ -20,11 +20,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from hostkit.lab.real_vllm import DISK_MOUNT, MODEL_DIR
 from tests.realvllm import tiny_model, wheelhouse
 
-MOUNT = "/srv/wheelhouse"
-MODEL_DIR = f"{MOUNT}/tiny-llama"
-LOCK_ON_DISK = f"{MOUNT}/requirements.lock"
 DEBS = ("libnuma1",)
 SLACK_BYTES = 256 * 2**20
 BUILD_TIMEOUT_S = 600
@@ -98,6 +96,6 @@ def lab_disk() -> tuple[Path, Path]:
 
 # Run on the lab host, as root, once it has booted with the image as its second disk.
 PREPARE_HOST = (
-    f"mkdir -p {MOUNT} && (mountpoint -q {MOUNT} || mount -o ro /dev/vdb {MOUNT}) "
-    f"&& dpkg -i {MOUNT}/debs/*.deb >/dev/null"
+    f"mkdir -p {DISK_MOUNT} && (mountpoint -q {DISK_MOUNT} || mount -o ro /dev/vdb {DISK_MOUNT}) "
+    f"&& dpkg -i {DISK_MOUNT}/debs/*.deb >/dev/null"
 )
