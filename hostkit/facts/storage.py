@@ -16,6 +16,7 @@ from typing import Any
 
 from pyinfra.api import FactBase
 
+from hostkit.data import host_file
 from hostkit.facts.parts import split_on_marker
 from hostkit.plans import SWAP_FILE_NAME
 
@@ -274,27 +275,8 @@ def _profile_value(profile: Any, name: str, default: Any) -> Any:
 # Shell builtins where they do the job: on a slow host each process costs a noticeable
 # fraction of a second, and the snapshot runs this on every deploy. hk_nvme_namespace
 # matches `nvme[0-9]+n[0-9]+`: whole namespaces, not the nvme<N>c<C>n<M> nodes behind
-# NVMe multipath.
-_SHELL_HELPERS = r"""hk_nl='
-'
-hk_cat() { while IFS= read -r hk_l || [ -n "$hk_l" ]; do printf '%s\n' "$hk_l"; done < "$1"; }
-hk_prefix() {
-  [ -n "$2" ] || return 0
-  while IFS= read -r hk_l; do printf '%s%s\n' "$1" "$hk_l"; done <<EOF
-$2
-EOF
-}
-hk_nvme_namespace() {
-  hk_n=${1#nvme}; hk_c=${hk_n%%n*}; hk_m=${hk_n#*n}
-  case $hk_n in "$1"|"$hk_c") return 1 ;; esac
-  case $hk_c in ""|*[!0-9]*) return 1 ;; esac
-  case $hk_m in ""|*[!0-9]*) return 1 ;; esac
-}
-hk_seen=$hk_nl
-hk_first() {
-  case $hk_seen in *"$hk_nl$1$hk_nl"*) return 1 ;; esac
-  hk_seen=$hk_seen$1$hk_nl
-}"""
+# NVMe multipath. The functions: hostkit/data/host/storage_helpers.sh.
+_SHELL_HELPERS = host_file("storage_helpers.sh").removesuffix("\n")
 
 
 class StorageFact(FactBase):

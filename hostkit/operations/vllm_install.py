@@ -28,6 +28,7 @@ from typing import Any
 from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, Host, State, StringCommand, operation
 
+from hostkit.data import host_file
 from hostkit.facts.snapshot import mark_changed, snapshot
 from hostkit.facts.vllm_release import READ_S, VllmReleaseFact, VllmReleaseState
 from hostkit.gather import driver_version
@@ -86,15 +87,11 @@ def runtime_step(profile: Any, state: VllmReleaseState, driver: str | None) -> R
 # -- remote commands ------------------------------------------------------------------------
 
 
-def _host_file(name: str) -> str:
-    return resources.files("hostkit").joinpath(f"data/host/{name}").read_text()
-
-
 def host_script(name: str, settings: dict[str, str], args: list[str] = ()) -> str:
     """hostkit/data/host/NAME with `settings` as shell variables and `args` as "$@"."""
     lines = [f"{key}={shlex.quote(value)}" for key, value in settings.items()]
     lines.append(f"set -- {shlex.join(args)}" if args else "set --")
-    return "\n".join((*lines, _host_file(name)))
+    return "\n".join((*lines, host_file(name)))
 
 
 def install_command(target: InstallTarget) -> str:
@@ -129,7 +126,7 @@ def rollback_command(root: str, previous: str, failed: str) -> str:
 
 
 def release_probe_command(target: InstallTarget) -> str:
-    probe = _host_file("vllm_release.py")
+    probe = host_file("vllm_release.py")
     return (f"timeout -k 5 {READ_S} {shlex.quote(target.venv)}/bin/python -c {shlex.quote(probe)}"
             f" {shlex.quote(target.package)}")
 
