@@ -38,6 +38,7 @@ from pyinfra.api import FunctionCommand, Host, State, StringCommand, operation
 from pyinfra.api.arguments import CONNECTOR_ARGUMENT_KEYS
 from pyinfra.api.state import BaseStateCallback
 
+from hostkit.data import host_file
 from hostkit.facts.snapshot import mark_changed
 
 LOCK_DIR = "/run/vllm-hostkit"
@@ -114,36 +115,16 @@ def acquire_command(owner: LockOwner, replace: str | None = None) -> str:
     """Create the lock for `owner`, first removing it if it still holds exactly `replace`
     (a takeover). Prints `acquired`, or `held AGE_S` and `holder LINE`; then one `busy PID
     ARGS` line per process of an earlier hostkit run (never this command's own)."""
-    take_over = (
-        f'if [ "$(head -n 1 "$lock" 2>/dev/null)" = {shlex.quote(replace)} ]; then rm -f "$lock"; fi'
-        if replace is not None else ""
-    )
-    return "\n".join((
-        f"lock={LOCK_PATH}",
-        "umask 022",
-        f"mkdir -p {LOCK_DIR}",
-        take_over,
-        "tries=0",
-        "while :; do",
-        f"  if ( set -C; printf '%s\\n' {shlex.quote(owner.line())} > \"$lock\" ) 2>/dev/null; then"
-        " echo acquired; break; fi",
-        '  held=$(head -n 1 "$lock" 2>/dev/null) && mtime=$(stat -c %Y "$lock" 2>/dev/null) && {',
-        '    echo "held $(( $(date +%s) - mtime ))"; echo "holder $held"; break; }',
-        # Released between our attempt and our look: try again.
-        "  tries=$((tries + 1)); [ $tries -lt 5 ] || { echo 'held 0'; echo 'holder '; break; }",
-        "done",
-        # Leftover commands: every process naming the marker, except this command's
-        # ancestors and their direct children (the subshells of this script).
-        "mine=' '; p=$$",
-        "while [ \"${p:-0}\" -gt 1 ]; do mine=\"$mine$p \"; p=$(sed -n 's/^PPid:[[:space:]]*//p' /proc/$p/status"
-        " 2>/dev/null); done",
-        "ps -eo pid=,ppid=,args= | while read -r pid ppid args; do",
-        f"  case \"$args\" in *{LEFTOVER_MARKER}*) ;; *) continue;; esac",
-        '  case "$mine" in *" $pid "*|*" $ppid "*) continue;; esac',
-        '  echo "busy $pid $args"',
-        "done",
-        "exit 0",
-    ))
+    settings = {
+        "lock": LOCK_PATH,
+        "hk_lock_dir": LOCK_DIR,
+        "hk_owner": owner.line(),
+        "hk_take_over": "1" if replace is not None else "0",
+        "hk_replace": replace or "",
+        "hk_marker": LEFTOVER_MARKER,
+    }
+    lines = [f"{name}={shlex.quote(value)}" for name, value in settings.items()]
+    return "\n".join((*lines, host_file("lock_acquire.sh")))
 
 
 def release_command(owner: LockOwner) -> str:
