@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from pyinfra.api import FactBase
 
 from hostkit.facts.deadline import DEADLINE_FUNCTION, KERNEL_LOG_S, NVIDIA_SMI_S, TIMED_OUT, timed_out_lines
+from hostkit.facts.parts import parse_int
 
 # Fixed order: the parser maps columns by position. Every name appears in the header of
 # real `nvidia-smi --query-gpu` output from an H200 (tests check this against a fixture).
@@ -267,12 +268,11 @@ def _na(value: str) -> bool:
     return value in ("", "[N/A]", "N/A", "[Not Supported]", "[Unknown Error]", "[Insufficient Permissions]")
 
 
-def _int(value: str) -> int | None:
+def _smi_int(value: str) -> int | None:
+    """An nvidia-smi number; its words for no value (`[N/A]`) and a unit left in place
+    ("143771 MiB") tolerated."""
     value = value.strip()
-    if _na(value):
-        return None
-    number = value.split()[0]  # tolerates a unit left in place ("143771 MiB")
-    return int(number) if number.isdigit() else None
+    return None if _na(value) else parse_int(value.split()[0])
 
 
 def _flag(value: str, true: str, false: str) -> bool | None:
@@ -298,10 +298,10 @@ def parse_query_row(line: str) -> GpuDevice | None:
         uuid="" if _na(value["uuid"]) else value["uuid"],
         driver_version="" if _na(value["driver_version"]) else value["driver_version"],
         persistence_mode=_flag(value["persistence_mode"], "Enabled", "Disabled"),
-        memory_total_mib=_int(value["memory.total"]),
-        memory_used_mib=_int(value["memory.used"]),
+        memory_total_mib=_smi_int(value["memory.total"]),
+        memory_used_mib=_smi_int(value["memory.used"]),
         ecc_enabled=_flag(value["ecc.mode.current"], "Enabled", "Disabled"),
-        ecc_uncorrected_volatile=_int(value["ecc.errors.uncorrected.volatile.total"]),
+        ecc_uncorrected_volatile=_smi_int(value["ecc.errors.uncorrected.volatile.total"]),
         retired_pages_pending=_flag(value["retired_pages.pending"], "Yes", "No"),
         remapped_rows_pending=_flag(value["remapped_rows.pending"], "Yes", "No"),
         remapped_rows_failure=_flag(value["remapped_rows.failure"], "Yes", "No"),
@@ -341,7 +341,7 @@ def parse_compute_apps(
         if len(value) != len(fields) or not pid.isdigit():
             problems.append(line.removeprefix(TIMED_OUT).strip())
             continue
-        processes.append(GpuProcess(pid=int(pid), gpu_uuid=value.get("gpu_uuid", ""), used_mib=_int(value.get("used_memory", ""))))
+        processes.append(GpuProcess(pid=int(pid), gpu_uuid=value.get("gpu_uuid", ""), used_mib=_smi_int(value.get("used_memory", ""))))
     return tuple(processes), problems
 
 

@@ -17,7 +17,7 @@ from typing import Any
 from pyinfra.api import FactBase
 
 from hostkit.data import host_file
-from hostkit.facts.parts import split_on_marker
+from hostkit.facts.parts import split_on_marker, to_int
 from hostkit.plans import SWAP_FILE_NAME
 
 PART_MARKER = "%%hostkit-storage:"
@@ -407,13 +407,6 @@ def parse_proc_swaps(lines: list[str]) -> list[SwapArea]:
     return areas
 
 
-def _int(value: Any) -> int:
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return 0
-
-
 def _device_path(node: dict[str, Any]) -> str:
     """A device's path where lsblk has no PATH column: device-mapper devices (LVM, LUKS)
     are reached by name under /dev/mapper, the rest by their kernel name."""
@@ -448,7 +441,7 @@ def parse_lsblk(text: str) -> list[BlockDevice]:
             tran=node.get("tran"),
             fstype=node.get("fstype"),
             uuid=node.get("uuid"),
-            size_bytes=_int(node.get("size")),
+            size_bytes=to_int(node.get("size"), 0),
             mountpoints=tuple(m for m in mounts if m),
             on_nvme=on_nvme,
             children=children,
@@ -473,7 +466,7 @@ def parse_df(lines: list[str], nvme_mounts: set[str]) -> list[Filesystem]:
                 source=source,
                 fstype=fstype,
                 size_bytes=int(size),
-                avail_bytes=_int(avail),
+                avail_bytes=to_int(avail, 0),
                 mountpoint=mountpoint,
                 on_nvme=mountpoint in nvme_mounts,
             )
@@ -503,8 +496,8 @@ def parse_fstab(lines: list[str]) -> list[FstabEntry]:
                 file=decode_octal(fields[1]),
                 vfstype=fields[2],
                 options=options,
-                freq=_int(fields[4]) if len(fields) > 4 else 0,
-                passno=_int(fields[5]) if len(fields) > 5 else 0,
+                freq=to_int(fields[4], 0) if len(fields) > 4 else 0,
+                passno=to_int(fields[5], 0) if len(fields) > 5 else 0,
                 line_no=number,
             )
         )
@@ -569,11 +562,11 @@ def parse_files(lines: list[str]) -> dict[str, FileStat]:
         files[path] = FileStat(
             path=path,
             kind=kind,
-            size_bytes=_int(size),
+            size_bytes=to_int(size, 0),
             mode=int(mode, 8) if mode.isdigit() else 0,
-            uid=_int(uid),
-            gid=_int(gid),
-            allocated_bytes=_int(blocks) * _int(block_size),
+            uid=to_int(uid, 0),
+            gid=to_int(gid, 0),
+            allocated_bytes=to_int(blocks, 0) * to_int(block_size, 0),
             swap_signature=sig.strip() == "swap",
         )
     return {path: replace(stat, selinux_type=labels.get(path)) for path, stat in files.items()}

@@ -39,13 +39,14 @@ import shlex
 from dataclasses import dataclass
 from typing import Any
 
-from pyinfra import host, logger
-from pyinfra.api import FunctionCommand, Host, State, operation
+from pyinfra import host
+from pyinfra.api import FunctionCommand, operation
 from pyinfra.api.exceptions import OperationValueError
 
 from hostkit.data import host_file
 from hostkit.facts.snapshot import mark_changed, snapshot
 from hostkit.facts.storage import SWAP_FILE_SELINUX_TYPE, TEMP_SUFFIX, FileStat, StorageInfo
+from hostkit.operations import callbacks
 from hostkit.plans import SWAP_FILE_NAME, NvmePlan, SwapPlan
 from hostkit.swap_filesystems import FILL_METHODS, swap_file_refusal
 
@@ -345,12 +346,6 @@ def script(steps: list[str]) -> str:
 # -- operations ----------------------------------------------------------------------------
 
 
-def refuse_host(state: State, host: Host, message: str) -> bool:
-    """Log why this host is refused; returning False fails this host only."""
-    host.log_styled(f"swap: {message}", fg="red", log_func=logger.error)
-    return False
-
-
 def _profile_value(profile: Any, name: str) -> Any:
     return getattr(profile, name, None) if profile is not None else None
 
@@ -371,7 +366,7 @@ def prepare_nvme(plan: NvmePlan, profile: Any = None):
     try:
         steps = nvme_steps(plan, storage)
     except SwapRefused as refusal:
-        yield FunctionCommand(refuse_host, (str(refusal),), {})
+        yield FunctionCommand(callbacks.fail_host, ([f"swap: {refusal}"],), {})
         return
     if steps:
         mark_changed(host, "storage")
@@ -396,7 +391,7 @@ def swap_file(plan: SwapPlan, profile: Any = None):
     try:
         steps = swap_steps(plan, storage, nvme_mount=nvme_mount)
     except SwapRefused as refusal:
-        yield FunctionCommand(refuse_host, (str(refusal),), {})
+        yield FunctionCommand(callbacks.fail_host, ([f"swap: {refusal}"],), {})
         return
     if steps:
         mark_changed(host, "storage", "system")  # system holds SwapTotal and SwapFree

@@ -32,8 +32,8 @@ from hostkit.data import host_file
 from hostkit.facts.snapshot import mark_changed, snapshot
 from hostkit.facts.vllm_release import READ_S, VllmReleaseFact, VllmReleaseState
 from hostkit.gather import driver_version
-from hostkit.operations.gpu import host_refused
-from hostkit.operations.vllm_service import _connector_arguments, check_flags, wait_for_vllm
+from hostkit.operations.callbacks import current_connector_arguments, fail_host
+from hostkit.operations.vllm_service import check_flags, wait_for_vllm
 from hostkit.plans import VLLM_UNIT, VllmPlan
 from hostkit.vllm_runtime import (
     PIP_TIMEOUT_S,
@@ -217,11 +217,11 @@ def vllm_runtime(plan: VllmPlan, profile: Any):
     if not step:
         return
     if step.refusals:
-        yield FunctionCommand(host_refused, ([f"vLLM runtime: {problem}" for problem in step.refusals],), {})
+        yield FunctionCommand(fail_host, ([f"vLLM runtime: {problem}" for problem in step.refusals],), {})
         return
     mark_changed(host, "vllm", "vllm_release")
     target = InstallTarget.from_profile(profile)
-    connector_arguments = _connector_arguments(host)
+    connector_arguments = current_connector_arguments(host)
     if step.install:
         host.log_styled(f"vLLM runtime: installing {target.requirement} into {target.venv} from {target.source()}",
                         fg="cyan")

@@ -22,6 +22,7 @@ import shlex
 from dataclasses import dataclass, field
 
 from hostkit.data import host_file
+from hostkit.facts.parts import parse_int
 from hostkit.operations.watchdog import WatchdogFact, WatchdogState
 from hostkit.plans import VLLM_UNIT, VllmPlan
 from hostkit.readiness import Probe
@@ -134,11 +135,6 @@ def split_parts(output: list[str]) -> dict[str, list[str]]:
     return parts
 
 
-def _int(text: str, default: int = 0) -> int:
-    text = text.strip()
-    return int(text) if text.lstrip("-").isdigit() else default
-
-
 def _parse_ooms(lines: list[str]) -> KernelLogOoms:
     source: str | None = None
     kills: list[str] = []
@@ -150,7 +146,7 @@ def _parse_ooms(lines: list[str]) -> KernelLogOoms:
         elif line.startswith("kill "):
             kills.append(line[len("kill "):])
         elif line.startswith("total="):
-            total = _int(line[len("total="):])
+            total = parse_int(line[len("total="):], 0, signed=True)
     return KernelLogOoms(source, tuple(kills), total)
 
 
@@ -162,8 +158,8 @@ def _parse_readiness(lines: list[str]) -> Readiness:
     return Readiness(
         probe=Probe.parse(values["probe"]) if values.get("probe") else None,
         outcome=values.get("outcome", "unknown"),
-        attempts=_int(values.get("attempts", "0")),
-        waited_s=_int(values.get("waited", "0")),
+        attempts=parse_int(values.get("attempts", "0"), 0, signed=True),
+        waited_s=parse_int(values.get("waited", "0"), 0, signed=True),
     )
 
 
@@ -191,7 +187,7 @@ def _parse_process(lines: list[str]) -> VllmProcess | None:
         return None
     uid = values.get("uid", "")
     return VllmProcess(
-        pid=_int(values["pid"]),
+        pid=parse_int(values["pid"], 0, signed=True),
         argv=tuple(argv),
         uid=int(uid) if uid.isdigit() else None,
         user=values.get("user", ""),
