@@ -148,23 +148,10 @@ class GpuFacts:
         return len(self.gpus)
 
     @property
-    def total_memory_mib(self) -> int:
-        return sum(gpu.memory_total_mib or 0 for gpu in self.gpus)
-
-    @property
-    def min_memory_mib(self) -> int | None:
-        sizes = [gpu.memory_total_mib for gpu in self.gpus if gpu.memory_total_mib is not None]
-        return min(sizes) if sizes else None
-
-    @property
     def xid_log_readable(self) -> bool:
         """Whether the Xid lines are known; with no driver loaded they are taken as none, so
         the lines of a driver that was unloaded since boot go unseen."""
         return self.kernel_log_source is not None
-
-    @property
-    def has_nvswitch(self) -> bool:
-        return self.fabricmanager is not None
 
 
 def _proc_cmdlines_of(comm_prefix: str) -> str:

@@ -39,11 +39,6 @@ def decode_octal(text: str) -> str:
     return _OCTAL_ESCAPE.sub(lambda m: chr(int(m.group(1), 8)), text)
 
 
-def encode_octal(text: str) -> str:
-    """Escape a path the way fstab and /proc/swaps spell it."""
-    return "".join(f"\\{ord(c):03o}" if c in " \t\n\\" else c for c in text)
-
-
 def is_hostkit_swap_path(path: str) -> bool:
     name = posixpath.basename(path)
     return name in (SWAP_FILE_NAME, SWAP_FILE_NAME + TEMP_SUFFIX)
@@ -192,10 +187,6 @@ class StorageInfo:
 
     def swap_area(self, path: str) -> SwapArea | None:
         return next((s for s in self.swaps if s.path == path), None)
-
-    def nvme_filesystems(self) -> list[Filesystem]:
-        """Mounted NVMe-backed filesystems, the most free space first."""
-        return sorted((f for f in self.filesystems if f.on_nvme), key=lambda f: -f.avail_bytes)
 
     def filesystem_at(self, mountpoint: str) -> Filesystem | None:
         return next((f for f in self.filesystems if f.mountpoint == mountpoint), None)

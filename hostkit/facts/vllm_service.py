@@ -109,10 +109,6 @@ class VllmServiceState:
         return to_int(self.unit.get("MainPID")) or 0
 
     @property
-    def active_enter_monotonic(self) -> int:
-        return to_int(self.unit.get("ActiveEnterTimestampMonotonic")) or 0
-
-    @property
     def n_restarts(self) -> int:
         return to_int(self.unit.get("NRestarts")) or 0
 

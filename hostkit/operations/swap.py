@@ -129,47 +129,6 @@ def swap_state(plan: SwapPlan, storage: StorageInfo) -> SwapState:
     )
 
 
-def swap_problems(plan: SwapPlan, storage: StorageInfo) -> list[str]:
-    """How the host's swap differs from the plan, worded for people; [] when it matches.
-
-    Pure: the verification checks run the storage fact's command, parse it with
-    `StorageFact().process(lines)` and judge the result with this.
-    """
-    state = swap_state(plan, storage)
-    problems = []
-    if plan.enabled:
-        file = state.file
-        if file is None:
-            problems.append(f"{plan.path} does not exist")
-        elif not file.is_regular:
-            problems.append(f"{plan.path} is a {file.kind}, not a regular file")
-        else:
-            if file.size_bytes != plan.size_bytes:
-                problems.append(f"{plan.path} is {file.size_bytes} bytes, planned {plan.size_bytes}")
-            if file.mode != SWAP_FILE_MODE:
-                problems.append(f"{plan.path} has mode {file.mode:04o}, not 0600")
-            if (file.uid, file.gid) != (0, 0):
-                problems.append(f"{plan.path} is owned by {file.uid}:{file.gid}, not root:root")
-            if file.selinux_type not in (None, SWAP_FILE_SELINUX_TYPE):
-                problems.append(f"{plan.path} has the SELinux type {file.selinux_type}, not {SWAP_FILE_SELINUX_TYPE}")
-        if state.active_priority is None:
-            problems.append(f"{plan.path} is not an active swap area")
-        elif state.active_priority != plan.priority:
-            problems.append(f"{plan.path} is active at priority {state.active_priority}, planned {plan.priority}")
-        if not state.fstab_ok:
-            problems.append(f"/etc/fstab lacks exactly one entry `{swap_fstab_line(plan)}` (nofail, pri={plan.priority})")
-    for stray in state.strays:
-        where = []
-        if storage.swap_area(stray):
-            where.append("active")
-        if storage.fstab_swap_entries(stray):
-            where.append("in /etc/fstab")
-        if stray in storage.files:
-            where.append("on disk")
-        problems.append(f"{stray} is a hostkit swap file the plan does not want ({', '.join(where)})")
-    return problems
-
-
 def fill_method(storage: StorageInfo, directory: str) -> str:
     fstype = storage.fstype_for(directory)
     if fstype is None:

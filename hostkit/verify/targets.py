@@ -32,7 +32,6 @@ import paramiko
 
 from hostkit.profile import HostProfile, ProfileError, validate_inventory
 
-CONNECTIONS = ("paramiko", "ssh")
 CONNECT_TIMEOUT_S = 30
 
 
