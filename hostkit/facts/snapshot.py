@@ -45,9 +45,12 @@ SECTIONS: tuple[type[FactBase], ...] = (
 
 @dataclass(frozen=True)
 class HostSnapshot:
-    """Parsed sections, by section name: `snapshot.storage` or `snapshot.sections["storage"]`."""
+    """Parsed sections, by section name: `snapshot.section("swap")`."""
 
     sections: dict[str, Any]
+
+    def section(self, name: str) -> Any:
+        return self.sections[name]
 
     def __getattr__(self, name: str) -> Any:
         try:

@@ -38,7 +38,7 @@ def converged():
 
 
 def with_section(snapshot: HostSnapshot, name: str, **changes) -> HostSnapshot:
-    return HostSnapshot({**snapshot.sections, name: dataclasses.replace(snapshot.sections[name], **changes)})
+    return HostSnapshot({**snapshot.sections, name: dataclasses.replace(snapshot.section(name), **changes)})
 
 
 def failed(results) -> dict[str, str]:
