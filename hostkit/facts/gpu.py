@@ -31,10 +31,12 @@ fraction of a second, and a host without NVIDIA hardware should pay for none.
 from __future__ import annotations
 
 import re
+import shlex
 from dataclasses import dataclass
 
 from pyinfra.api import FactBase
 
+from hostkit.data import host_file
 from hostkit.facts.deadline import DEADLINE_FUNCTION, KERNEL_LOG_S, NVIDIA_SMI_S, TIMED_OUT, timed_out_lines
 from hostkit.facts.parts import parse_int
 
@@ -154,84 +156,24 @@ class GpuFacts:
         return self.kernel_log_source is not None
 
 
-def _proc_cmdlines_of(comm_prefix: str) -> str:
-    """Print the NUL-separated command line of each process whose comm is `comm_prefix`."""
-    return (
-        "for c in /proc/[0-9]*/comm; do"
-        f" IFS= read -r n 2>/dev/null < \"$c\" && [ \"$n\" = '{comm_prefix}' ] || continue;"
-        " tr '\\0' ' ' < \"${c%/comm}/cmdline\"; echo; done"
-    )
-
-
-def _marker(name: str) -> str:
-    return f"echo '{SUB_MARKER}{name}@@'"
-
-
 class GpuFact(FactBase):
     """Parsed into `GpuFacts`. Always exits 0; every missing tool or file is itself a fact."""
 
     section = "gpu"
 
     def command(self) -> str:
-        fields = ",".join(QUERY_FIELDS)
-        return "\n".join(
-            [
-                "hk_any() { [ -e \"$1\" ] || [ -L \"$1\" ]; }",
-                DEADLINE_FUNCTION,
-                "if command -v nvidia-smi >/dev/null 2>&1; then",
-                f"  {_marker('query')}",
-                f"  hk_deadline {NVIDIA_SMI_S} 'nvidia-smi --query-gpu'"
-                f" nvidia-smi --query-gpu={fields} --format=csv,noheader,nounits 2>&1",
-                f"  echo \"{SUB_MARKER}query-rc@@ $?\"",
-                f"  {_marker('apps')}",
-                f"  hk_apps=$(hk_deadline {NVIDIA_SMI_S} 'nvidia-smi --query-compute-apps'"
-                f" nvidia-smi --query-compute-apps={','.join(APPS_FIELDS)} --format=csv,noheader,nounits 2>&1)",
-                f"  hk_rc=$?; printf '%s\\n' \"$hk_apps\"; echo \"{SUB_MARKER}apps-rc@@ $hk_rc\"",
-                f"  {_marker('procs')}",
-                "  printf '%s\\n' \"$hk_apps\" | while IFS=', ' read -r hk_pid hk_rest; do",
-                "    case $hk_pid in ''|*[!0-9]*) continue ;; esac",
-                "    IFS= read -r hk_comm 2>/dev/null < \"/proc/$hk_pid/comm\" && echo \"$hk_pid comm $hk_comm\"",
-                "    while IFS= read -r hk_cg; do echo \"$hk_pid cgroup $hk_cg\"; done 2>/dev/null < \"/proc/$hk_pid/cgroup\"",
-                "  done",
-                "else",
-                f"  {_marker('no-nvidia-smi')}",
-                "fi",
-                _marker("version"),
-                f"[ -e {_DRIVER_VERSION} ] && cat {_DRIVER_VERSION} 2>/dev/null",
-                _marker("modules"),
-                "[ -r /proc/modules ] && while IFS= read -r m; do"
-                " case $m in nvidia*) printf '%s\\n' \"$m\" ;; esac; done < /proc/modules",
-                _marker("nodes"),
-                "hk_any /dev/nvidia* && ls -ld /dev/nvidia* 2>/dev/null",
-                _marker("persistenced"),
-                _proc_cmdlines_of("nvidia-persiste"),
-                _marker("xid"),
-                # An empty answer (not even xid_total) means that log could not be read.
-                # A log read that timed out prints only its timeout line: partial is not clean.
-                f"hk_xids() {{ awk '/^{TIMED_OUT}/ {{ t = $0; next }}"
-                f" /NVRM: Xid/ {{ n++; if (n <= {XID_LINE_LIMIT}) x[n] = $0 }}"
-                " END { if (t) { print t; exit } for (i = 1; i <= n && i <= "
-                f"{XID_LINE_LIMIT}; i++) print x[i]; if (NR) print \"xid_total=\" n+0 }}'; }}",
-                f"if [ ! -e {_DRIVER_VERSION} ]; then",
-                "  echo source=no-driver; echo xid_total=0",
-                "else",
-                "  hk_log=",
-                "  command -v journalctl >/dev/null 2>&1 && hk_source=journalctl"
-                f" && hk_log=$(hk_deadline {KERNEL_LOG_S} 'journalctl -k -b' journalctl -k -b -q --no-pager 2>/dev/null"
-                " | hk_xids)",
-                "  [ -n \"$hk_log\" ] || { hk_source=dmesg;"
-                f" hk_log=$(hk_deadline {KERNEL_LOG_S} dmesg dmesg 2>/dev/null | hk_xids); }}",
-                "  [ -n \"$hk_log\" ] || { hk_source=none; hk_log=xid_total=0; }",
-                "  echo \"source=$hk_source\"; printf '%s\\n' \"$hk_log\"",
-                "fi",
-                "if hk_any /dev/nvidia-nvswitch*; then",
-                f"  {_marker('fabricmanager')}",
-                f"  {_proc_cmdlines_of('nv-fabricmanage')} | sed 's/^/process: /'",
-                "  nv-fabricmanager --version 2>&1 | sed 's/^/version: /'",
-                "fi",
-                "true",
-            ]
-        )
+        settings = {
+            "hk_mark": SUB_MARKER,
+            "hk_query_fields": ",".join(QUERY_FIELDS),
+            "hk_apps_fields": ",".join(APPS_FIELDS),
+            "hk_smi_s": str(NVIDIA_SMI_S),
+            "hk_log_s": str(KERNEL_LOG_S),
+            "hk_driver_version": _DRIVER_VERSION,
+            "hk_xid_limit": str(XID_LINE_LIMIT),
+            "hk_timed_out": TIMED_OUT,
+        }
+        lines = [f"{name}={shlex.quote(value)}" for name, value in settings.items()]
+        return "\n".join((*lines, DEADLINE_FUNCTION, host_file("gpu.sh")))
 
     def process(self, output: list[str]) -> GpuFacts:
         return parse_gpu_output(output)
