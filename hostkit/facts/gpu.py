@@ -270,7 +270,8 @@ def parse_compute_apps(
         if len(value) != len(fields) or not pid.isdigit():
             problems.append(line.removeprefix(TIMED_OUT).strip())
             continue
-        processes.append(GpuProcess(pid=int(pid), gpu_uuid=value.get("gpu_uuid", ""), used_mib=_smi_int(value.get("used_memory", ""))))
+        processes.append(GpuProcess(pid=int(pid), gpu_uuid=value.get("gpu_uuid", ""),
+                                    used_mib=_smi_int(value.get("used_memory", ""))))
     return tuple(processes), problems
 
 

@@ -259,7 +259,8 @@ def release_deploy_lock():
     owner = getattr(host, _HELD_ATTR, None)
     if not host.state.is_executing or owner is None:
         return
-    ok, output = host.run_shell_command(StringCommand(release_command(owner)), **callbacks.current_connector_arguments(host))
+    connector_arguments = callbacks.current_connector_arguments(host)
+    ok, output = host.run_shell_command(StringCommand(release_command(owner)), **connector_arguments)
     setattr(host, _HELD_ATTR, None)
     if not ok:
         host.log_styled(f"deploy lock: {LOCK_PATH} not released: {output.stderr.strip()}", fg="yellow",

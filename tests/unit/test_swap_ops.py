@@ -240,7 +240,8 @@ def test_a_swap_file_without_the_selinux_swap_type_is_relabelled_in_place():
     storage = changed(converged(), files={PATH: swap_file_stat(selinux_type="unlabeled_t")})
     assert only_script(swap.swap_file, storage, PLAN) == f"hk_label {PATH} {PATH}\n"
     [(name, failure)] = failed_checks(PLAN, storage).items()
-    assert name == "swap file SELinux label" and "expected type swapfile_t" in failure and "actual type unlabeled_t" in failure
+    assert name == "swap file SELinux label"
+    assert "expected type swapfile_t" in failure and "actual type unlabeled_t" in failure
     labelled = changed(converged(), files={PATH: swap_file_stat(selinux_type="swapfile_t")})
     assert run_op(swap.swap_file, labelled, PLAN) == []
 

@@ -5,14 +5,19 @@
 hk_any() { [ -e "$1" ] || [ -L "$1" ]; }
 # The command line, NUL bytes as spaces, of each process whose comm is $1.
 hk_cmdlines_of() {
-  for c in /proc/[0-9]*/comm; do IFS= read -r n 2>/dev/null < "$c" && [ "$n" = "$1" ] || continue; tr '\0' ' ' < "${c%/comm}/cmdline"; echo; done
+  for c in /proc/[0-9]*/comm; do
+    IFS= read -r n 2>/dev/null < "$c" && [ "$n" = "$1" ] || continue
+    tr '\0' ' ' < "${c%/comm}/cmdline"; echo
+  done
 }
 if command -v nvidia-smi >/dev/null 2>&1; then
   echo "${hk_mark}query@@"
-  hk_deadline "$hk_smi_s" 'nvidia-smi --query-gpu' nvidia-smi --query-gpu="$hk_query_fields" --format=csv,noheader,nounits 2>&1
+  hk_deadline "$hk_smi_s" 'nvidia-smi --query-gpu' \
+    nvidia-smi --query-gpu="$hk_query_fields" --format=csv,noheader,nounits 2>&1
   echo "${hk_mark}query-rc@@ $?"
   echo "${hk_mark}apps@@"
-  hk_apps=$(hk_deadline "$hk_smi_s" 'nvidia-smi --query-compute-apps' nvidia-smi --query-compute-apps="$hk_apps_fields" --format=csv,noheader,nounits 2>&1)
+  hk_apps=$(hk_deadline "$hk_smi_s" 'nvidia-smi --query-compute-apps' \
+    nvidia-smi --query-compute-apps="$hk_apps_fields" --format=csv,noheader,nounits 2>&1)
   hk_rc=$?; printf '%s\n' "$hk_apps"; echo "${hk_mark}apps-rc@@ $hk_rc"
   echo "${hk_mark}procs@@"
   printf '%s\n' "$hk_apps" | while IFS=', ' read -r hk_pid hk_rest; do
@@ -44,7 +49,8 @@ if [ ! -e "$hk_driver_version" ]; then
   echo source=no-driver; echo xid_total=0
 else
   hk_log=
-  command -v journalctl >/dev/null 2>&1 && hk_source=journalctl && hk_log=$(hk_deadline "$hk_log_s" 'journalctl -k -b' journalctl -k -b -q --no-pager 2>/dev/null | hk_xids)
+  command -v journalctl >/dev/null 2>&1 && hk_source=journalctl \
+    && hk_log=$(hk_deadline "$hk_log_s" 'journalctl -k -b' journalctl -k -b -q --no-pager 2>/dev/null | hk_xids)
   [ -n "$hk_log" ] || { hk_source=dmesg; hk_log=$(hk_deadline "$hk_log_s" dmesg dmesg 2>/dev/null | hk_xids); }
   [ -n "$hk_log" ] || { hk_source=none; hk_log=xid_total=0; }
   echo "source=$hk_source"; printf '%s\n' "$hk_log"
