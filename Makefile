@@ -26,10 +26,11 @@ demo-real: install
 XDIST := -n 3 --dist loadgroup --no-loadscope-reorder
 
 # Then the fault report (scripts/fault_report.py) summarises the bad-input, fault and
-# security tests of that run from its junit XML.
+# security tests of that run from its junit XML, which also keeps what each test printed
+# (the figures the README quotes).
 test: unit realvllm
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(PY) -m pytest tests/e2e $(XDIST) --durations=30 \
-	  --junitxml=reports/e2e.xml -o junit_family=xunit1; \
+	  --junitxml=reports/e2e.xml -o junit_family=xunit1 -o junit_logging=system-out; \
 	status=$$?; $(PY) scripts/fault_report.py --junit reports/e2e.xml || status=1; exit $$status
 
 unit: install
