@@ -96,6 +96,13 @@ CASES = [
          "/proc/sys/vm/no_such_knob does not exist on this host"),
     Case("sysctl-wrong-form", {"sysctl": {"vm.swappiness": 10, "net.core.somaxconn": "many"}},
          "sysctl['net.core.somaxconn']", "the kernel's value is a whole number"),
+    # the vLLM runtime hostkit installs (vllm_install)
+    Case("package-not-vllm", {"vllm_install": True, "vllm_package": "torch"}, "vllm_package",
+         "a vLLM distribution name"),
+    Case("install-version-not-a-release", {"vllm_install": True, "vllm_version": "0.33.0rc1"}, "vllm_version",
+         "a vLLM release such as"),
+    Case("wheelhouse-relative", {"vllm_install": True, "vllm_find_links": ["wheels"]}, "vllm_find_links[0]",
+         "a relative path names no place on the host"),
     # keys of the rollout, the watchdog and the collector
     Case("drain-command-number", {"rollout_drain_command": 42}, "rollout_drain_command", "a list of argv words"),
     Case("drain-command-mapping", {"rollout_undrain_command": {"run": "lbctl"}}, "rollout_undrain_command",

@@ -5,7 +5,8 @@ at releases whose flag sets differ as the real ones do (0.17.1 spells chunked pr
 `--no-enable-chunked-prefill`, 0.33.0 `--disable-chunked-prefill`), plus a 0.33.1 that fails to
 start. They are served from a wheelhouse directory copied to the host, with no index (lab hosts
 have no internet); Debian 12's python3 has no ensurepip, so pip comes from a pip wheel there too.
-One host, four deploys of the full deploy: install, no-change rerun, upgrade, failed upgrade.
+One host, five deploys of the full deploy: install, no-change rerun, upgrade, failed upgrade, and
+a declared release that differs from the installed one (refused, nothing restarted).
 """
 
 from __future__ import annotations
@@ -108,3 +109,16 @@ def test_a_release_that_does_not_start_is_rolled_back_and_the_old_one_serves(ins
     # Declaring the release that serves again converges with nothing to do.
     back = run_deploy(install_host, {**DATA, "vllm_version": "0.33.0"})
     assert back.ok and back.changed == [], back.changed
+
+
+def test_a_declared_release_that_is_not_the_installed_one_is_refused_without_a_restart(install_host, run_deploy):
+    """The user's own vLLM (vllm_install off): the release read from its interpreter is 0.33.0."""
+    main_pid = sh(install_host, "systemctl show -p MainPID --value vllm.service")
+    refused = run_deploy(install_host, {**DATA, "vllm_install": False, "vllm_version": "0.17.1",
+                                        "vllm_command": "/opt/vllm/current/bin/hostkit-vllm"})
+    assert not refused.ok
+    assert "vLLM 0.33.0 is installed" in refused.output and "but vllm_version is 0.17.1" in refused.output, \
+        refused.output[-3000:]
+    assert "nothing is restarted" in refused.output
+    assert sh(install_host, "systemctl show -p MainPID --value vllm.service") == main_pid
+    assert serving(install_host).serves("lab-model")
