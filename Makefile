@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 BIN := $(VENV)/bin
 
-.PHONY: install demo demo-real test unit realvllm e2e lab-down clean
+.PHONY: install demo demo-real test unit realvllm e2e e2e-real lab-down clean
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -20,10 +20,12 @@ demo: install
 demo-real: install
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(PY) scripts/demo.py --real
 
-# The end-to-end modules run on three xdist workers, one lane of modules each (LANES in
+# The end-to-end modules run on two xdist workers, one lane of modules each (LANES in
 # tests/e2e/conftest.py), in collection order (--no-loadscope-reorder). The unit tests run
 # alone first: some load pyinfra's CLI, whose gevent monkey-patching breaks xdist's workers.
-XDIST := -n 3 --dist loadgroup --no-loadscope-reorder
+# Real vLLM in a lab host (marker real_vllm_lab) is `make e2e-real`: beside the two lanes its
+# install took 29 min and its start 13 (2026-12-01), and the lanes' tests failed under that load.
+XDIST := -n 2 --dist loadgroup --no-loadscope-reorder -m "not real_vllm_lab"
 
 # Then the fault report (scripts/fault_report.py) summarises the bad-input, fault and
 # security tests of that run from its junit XML, which also keeps what each test printed
@@ -45,6 +47,11 @@ realvllm: install
 
 e2e: install
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(PY) -m pytest tests/e2e $(XDIST) --durations=30
+
+# Real vLLM (the CPU build) installed by the deploy on a lab host and served there: about
+# 45 min on this 2-core machine alone (one install, one start).
+e2e-real: install
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(PY) -m pytest tests/e2e/test_real_vllm.py -p no:xdist -v -s
 
 lab-down: install
 	$(BIN)/hostkit lab down

@@ -35,24 +35,22 @@ def lab_data() -> dict:
     return dict(namespace["LAB_DATA"])
 
 
-# `make test` runs the end-to-end modules on three pytest-xdist workers, each in its own lane
+# `make test` runs the end-to-end modules on two pytest-xdist workers, each in its own lane
 # of modules (balanced by their measured durations). Lab VMs in tests get one CPU each: two
 # single-CPU VMs under qemu TCG run side by side at full speed on a 2-core machine (measured:
 # 44 and 46 s for a workload that took one VM alone 46 s), where two 2-CPU VMs slow each
 # other down (57 and 58 s). Measured lane times (sum of test times, CI-like run on 2026-12-01):
 # lane-a 67.7 min and lane-b 59.1 min with kernel tuning on Debian 13 (4.5 min) in lane-a, so
-# it moved to lane-b. Lane-c's real-vLLM host (one install, two starts: mostly one busy
-# vCPU at a time) shares the two cores with the other lanes.
+# it moved to lane-b.
 LAB_CPUS = 1
 LANES = {
     "lane-a": ("test_main_deploy.py", "test_bad_input.py", "test_doctor_smoke.py", "test_security.py",
                "test_monitoring.py", "test_rollout.py", "test_verify.py", "test_vllm_service.py[v2]",
                "test_distros.py[debian13]"),
     "lane-b": ("test_swap.py", "test_faults.py", "test_kernel.py[debian12]", "test_kernel.py[debian13]",
-               "test_vllm_service.py[v1]", "test_distros.py[debian11]", "test_watchdog.py"),
-    # Real vLLM in a lab host (one install, two starts: long, mostly one VM's CPU), then the
-    # stand-in releases' install, upgrade and rollback.
-    "lane-c": ("test_real_vllm.py", "test_vllm_install.py"),
+               "test_vllm_service.py[v1]", "test_distros.py[debian11]", "test_watchdog.py", "test_vllm_install.py"),
+    # Real vLLM in a lab host: `make e2e-real`, not `make test` (see the Makefile).
+    "real-vllm": ("test_real_vllm.py",),
 }
 
 # Boots are the slowest part of the lab (qemu TCG), so some modules share hosts. Those run

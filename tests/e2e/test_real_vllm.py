@@ -28,7 +28,7 @@ from tests.e2e.test_doctor_smoke import forwarded
 from tests.e2e.test_monitoring import api, prometheus, wait_for
 from tests.realvllm.lab_disk import PREPARE_HOST, lab_disk
 
-pytestmark = pytest.mark.lab
+pytestmark = [pytest.mark.lab, pytest.mark.real_vllm_lab]
 
 REPO = Path(__file__).resolve().parents[2]
 SCRAPE_SNIPPET = REPO / "hostkit" / "monitoring" / "vllm-scrape.yml"
