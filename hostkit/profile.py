@@ -65,6 +65,8 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _USER_NAME = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
 _HOST_NAME = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$")
 _DRIVER_VERSION = re.compile(r"^\d+(\.\d+){0,2}$")
+_HTTP_URL = re.compile(r"https?://\S+")
+_ABSOLUTE_PATH = re.compile(r"/\S*")
 
 # What each key accepts, worded for error messages.
 ALLOWED: dict[str, str] = {
@@ -286,7 +288,7 @@ class HostProfile(BaseModel):
     @field_validator("vllm_index_url")
     @classmethod
     def _index_url(cls, value: str | None) -> str | None:
-        if value is not None and not re.fullmatch(r"https?://\S+", value):
+        if value is not None and not _HTTP_URL.fullmatch(value):
             raise _invalid(ALLOWED["vllm_index_url"])
         return value
 
@@ -294,7 +296,7 @@ class HostProfile(BaseModel):
     @classmethod
     def _find_links(cls, value: list[str]) -> list[str]:
         for index, link in enumerate(value):
-            if not (re.fullmatch(r"https?://\S+", link) or re.fullmatch(r"/\S*", link)):
+            if not (_HTTP_URL.fullmatch(link) or _ABSOLUTE_PATH.fullmatch(link)):
                 relative = "" if link.startswith(("/", "http")) else " (a relative path names no place on the host)"
                 raise _invalid(ALLOWED["vllm_find_links"] + relative, key=f"vllm_find_links[{index}]", value=link)
         return value

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -18,6 +19,8 @@ from hostkit.lab.progress import say
 
 MEMORY_MB = 2048
 NVME_SIZE = "8G"
+TROUBLE = re.compile(r"nvme|I/O error|blk_update_request|Out of memory|Killed process|hung_task|blocked for more than"
+                     r"|EXT4-fs error|Buffer I/O")
 BOOT_TIMEOUT_S = 600
 
 
@@ -104,7 +107,11 @@ class LabHost:
 
     def start(self) -> None:
         image = base_image(self.os)
-        append = f"root=/dev/vda rw console=ttyS0 net.ifnames=0 systemd.hostname={self.name}"
+        # nvme_core.io_timeout: under TCG on a loaded 2-core host an NVMe write can take over the
+        # kernel's 30 s default; the driver then resets the controller, fails the I/O (EIO) and may
+        # drop the device, which no test is about.
+        append = (f"root=/dev/vda rw console=ttyS0 net.ifnames=0 systemd.hostname={self.name}"
+                  " nvme_core.io_timeout=600 nvme_core.admin_timeout=600")
         if self.cgroup == "v1":
             append += " systemd.unified_cgroup_hierarchy=0"
         read_only = [arg for disk in self.disks for arg in ("-drive", f"file={disk},if=virtio,format=raw,readonly=on")]
@@ -143,6 +150,16 @@ class LabHost:
                 say(f"{self.name}: waiting for ssh ({now - started:.0f} s)")
                 last_report = now
             time.sleep(2)
+
+    def kernel_trouble(self, lines: int = 30) -> str:
+        """The console's lines about I/O, the NVMe, OOM kills and hung tasks: what explains a host
+        failing under load, for a failed test's report."""
+        try:
+            text = (self.path / "console.log").read_text(errors="replace")
+        except FileNotFoundError:
+            return "(no console.log)"
+        found = [line for line in text.splitlines() if TROUBLE.search(line)]
+        return "\n".join(found[-lines:]) or "(none on the console)"
 
     def console_tail(self, lines: int = 40) -> str:
         """The end of the serial console, for errors that CI prints (the lab directory is gone after)."""

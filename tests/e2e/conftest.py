@@ -126,6 +126,32 @@ def pytest_runtest_teardown(item, nextitem):
         shared.release_unused({name for later_item in later for name in later_item.fixturenames})
 
 
+def _lab_hosts(value, depth: int = 0):
+    if isinstance(value, LabHost):
+        yield value
+    elif depth < 2 and isinstance(value, (tuple, list)):
+        for part in value:
+            yield from _lab_hosts(part, depth + 1)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A failed test's report carries its lab hosts' kernel trouble and the free disk of the lab:
+    what tells a host's fault under load (a reset NVMe, an OOM kill, a full disk) from the code's."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.when != "call" or not report.failed:
+        return
+    hosts = {lab_host.name: lab_host for value in getattr(item, "funcargs", {}).values()
+             for lab_host in _lab_hosts(value)}
+    for name, lab_host in hosts.items():
+        report.sections.append((f"lab host {name}: kernel console", lab_host.kernel_trouble()))
+    if hosts:
+        lab_dir = next(iter(hosts.values())).path.parent
+        free = shutil.disk_usage(lab_dir if lab_dir.exists() else Path.cwd())
+        report.sections.append(("lab disk", f"{free.free / 2**30:.1f} GiB free of {free.total / 2**30:.0f} GiB"))
+
+
 @pytest.fixture(scope="session")
 def shared_hosts(lab, request) -> SharedHosts:
     shared = SharedHosts(lab)

@@ -238,8 +238,13 @@ def test_alerts_fire_on_a_memory_overrun_in_the_unit(monitored, tmp_path):
         # session open); it then moves itself into the vLLM unit's cgroup.
         sh(lab_host, f"echo {near_limit} > /tmp/hog-target && systemd-run --quiet --no-block --unit=hostkit-hog "
                      f"python3 -c {shlex.quote(HOG)} {cgroup_dir} /tmp/hog-target")
-        peak_alert = wait_for(lambda: firing(base, "HostkitVllmMemoryPeakNearLimit"), 150,
-                              "HostkitVllmMemoryPeakNearLimit firing")
+        try:
+            peak_alert = wait_for(lambda: firing(base, "HostkitVllmMemoryPeakNearLimit"), 300,
+                                  "HostkitVllmMemoryPeakNearLimit firing")
+        except AssertionError as timed_out:
+            seen = api(base, "query", query="hostkit_vllm_memory_peak_bytes / hostkit_vllm_memory_max_bytes")
+            hog = sh(lab_host, "systemctl show -p ActiveState,MainPID hostkit-hog; cat /tmp/hog-target")
+            raise AssertionError(f"{timed_out}; peak/max as scraped: {seen['result']}; hog: {hog}") from None
         assert sh(lab_host, "dmesg | grep -c 'Killed process' || true").strip() == kills_before  # no kill yet
 
         sh(lab_host, f"echo {MEMORY_MAX_MIB * 2} > /tmp/hog-target")

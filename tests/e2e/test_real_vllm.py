@@ -23,9 +23,9 @@ from pathlib import Path
 import pytest
 
 from hostkit.lab import Lab, real_vllm
-from hostkit.readiness import Probe, probe_command
 from tests.e2e.test_doctor_smoke import forwarded
 from tests.e2e.test_monitoring import api, prometheus, wait_for
+from tests.e2e.vllm_unit import CGROUP_PROCS, alive, serving, sh, show, unit_pids, until
 from tests.realvllm.lab_disk import PREPARE_HOST, lab_disk
 
 pytestmark = [pytest.mark.lab, pytest.mark.real_vllm_lab]
@@ -40,15 +40,10 @@ DEPLOY_TIMEOUT_S = 3600
 # The lab's real-vLLM data, without swap (the NVMe is beside the point here) or the collector.
 DATA = {**real_vllm.DATA, "nvme_device": None, "swap_enabled": False, "monitoring_enabled": False,
         "vllm_watchdog_interval_s": WATCHDOG_INTERVAL_S}
-CGROUP_PROCS = "/sys/fs/cgroup/system.slice/vllm.service/cgroup.procs"
 
 
 def report(**figures) -> None:
     print(json.dumps({"test": "real vLLM in a lab host", **figures}))
-
-
-def sh(lab_host, command: str, timeout: float = 120) -> str:
-    return lab_host.ssh(command, check=True, timeout=timeout).stdout
 
 
 @pytest.fixture(scope="module")
@@ -77,18 +72,6 @@ def deployed(real_host, module_run_deploy):
     return run
 
 
-def show(lab_host) -> dict[str, str]:
-    lines = sh(lab_host, "systemctl show vllm.service -p ActiveState -p SubState -p MainPID -p NRestarts -p Result"
-                         " -p ExecMainStartTimestampMonotonic").splitlines()
-    return dict(line.split("=", 1) for line in lines)
-
-
-def serving(lab_host) -> bool:
-    output = lab_host.ssh(probe_command("0.0.0.0", 8000), timeout=60).stdout.strip()
-    probe = Probe.parse(output) if output else None
-    return bool(probe and probe.serves(SERVED))
-
-
 def unauthorized_status(lab_host, path: str) -> int:
     return int(sh(lab_host, f"curl -sS -m 60 -o /dev/null -w '%{{http_code}}' http://127.0.0.1:8000{path}"))
 
@@ -99,22 +82,6 @@ def completion(lab_host) -> dict:
                             capture_output=True, timeout=300)
     assert answer.returncode == 0, answer.stdout + answer.stderr
     return json.loads(answer.stdout)
-
-
-def unit_pids(lab_host) -> set[int]:
-    return {int(pid) for pid in sh(lab_host, f"cat {CGROUP_PROCS} 2>/dev/null || true").split()}
-
-
-def alive(lab_host, pids: set[int]) -> set[int]:
-    listed = sh(lab_host, f"ps -o pid= -p {','.join(map(str, sorted(pids)))} || true").split() if pids else []
-    return {int(pid) for pid in listed}
-
-
-def until(check, timeout: float, interval: float = 5.0):
-    deadline = time.monotonic() + timeout
-    while not (result := check()) and time.monotonic() < deadline:
-        time.sleep(interval)
-    return result
 
 
 def test_the_deploy_installs_real_vllm_and_it_serves_with_the_key(real_host, deployed):
@@ -131,7 +98,7 @@ def test_the_deploy_installs_real_vllm_and_it_serves_with_the_key(real_host, dep
     assert {line.split()[0] for line in tree.splitlines()} == {"vllm"}, tree
     assert "lab-secret" not in sh(real_host, "systemctl cat vllm.service; ps auxww") + deployed.output
 
-    assert serving(real_host)  # hostkit's readiness probe, with the key from the env file
+    assert serving(real_host, SERVED)  # hostkit's readiness probe, with the key from the env file
     assert unauthorized_status(real_host, "/v1/models") == 401
     assert unauthorized_status(real_host, "/v1/completions") == 401
     started = time.monotonic()

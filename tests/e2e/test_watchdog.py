@@ -17,7 +17,8 @@ import pytest
 
 from hostkit.doctor.gather import doctor_command, parse_doctor_output
 from hostkit.doctor.rules import diagnose
-from hostkit.readiness import Probe, probe_command
+from tests.e2e.vllm_unit import alive, serving, sh, show, unit_pids
+from tests.e2e.vllm_unit import until as wait_for
 from tests.standin.install import install_standin
 
 pytestmark = pytest.mark.lab
@@ -28,28 +29,12 @@ BASE = {"nvme_device": None, "swap_enabled": False, "vllm_served_model_name": "l
         "vllm_env": BASE_ENV, "vllm_ready_timeout": 120, **WATCHDOG}
 WATCHDOG_UNIT = "vllm-hostkit-watchdog.service"
 STATE = "/var/lib/vllm-hostkit/watchdog.json"
-CGROUP_PROCS = "/sys/fs/cgroup/system.slice/vllm.service/cgroup.procs"
 
 
 @pytest.fixture(scope="module")
 def host(shared_lab_host):
     install_standin(shared_lab_host)
     return shared_lab_host
-
-
-def sh(lab_host, command: str) -> str:
-    return lab_host.ssh(command, check=True).stdout
-
-
-def show(lab_host, unit: str = "vllm.service") -> dict[str, str]:
-    lines = sh(lab_host, f"systemctl show {unit} -p ActiveState -p SubState -p MainPID -p NRestarts -p Result"
-                         " -p InvocationID").splitlines()
-    return dict(line.split("=", 1) for line in lines)
-
-
-def serving(lab_host) -> bool:
-    output = lab_host.ssh(probe_command("0.0.0.0", 8000), check=False).stdout.strip()
-    return bool(output) and Probe.parse(output).serves("lab-model")
 
 
 def watchdog_state(lab_host) -> dict:
@@ -62,26 +47,6 @@ def watchdog_journal(lab_host, since: str) -> str:
 
 def host_now(lab_host) -> str:
     return sh(lab_host, "date '+%Y-%m-%d %H:%M:%S'").strip()
-
-
-def unit_pids(lab_host) -> set[int]:
-    return {int(pid) for pid in sh(lab_host, f"cat {CGROUP_PROCS} 2>/dev/null || true").split()}
-
-
-def alive(lab_host, pids: set[int]) -> set[int]:
-    if not pids:
-        return set()
-    listed = sh(lab_host, f"ps -o pid= -p {','.join(map(str, sorted(pids)))} || true").split()
-    return {int(pid) for pid in listed}
-
-
-def wait_for(check, timeout: float, interval: float = 1.0):
-    deadline = time.monotonic() + timeout
-    while True:
-        result = check()
-        if result or time.monotonic() > deadline:
-            return result
-        time.sleep(interval)
 
 
 def doctor_findings(lab_host, record_as: str) -> dict:
@@ -103,7 +68,7 @@ def fresh_start(host, run_deploy):
         run = run_deploy(host, {**BASE, "vllm_env": {**BASE_ENV, **(env or {})}})
         assert run.ok, run.output[-4000:]
         assert show(host, WATCHDOG_UNIT)["ActiveState"] == "active"
-        assert env or serving(host)  # a fault may already have begun
+        assert env or serving(host, "lab-model")  # a fault may already have begun
         return run
 
     return converge
@@ -128,7 +93,7 @@ def test_engine_death_exit_0_is_restarted_by_systemd_and_leaves_no_process(host,
     started = time.monotonic()
     sh(host, f"kill -USR1 {before['MainPID']}")
     assert wait_for(lambda: show(host)["MainPID"] not in ("0", before["MainPID"]), 60), "not restarted"
-    assert wait_for(lambda: serving(host), 60), "not serving again"
+    assert wait_for(lambda: serving(host, "lab-model"), 60), "not serving again"
     back_after_s = time.monotonic() - started
     report(case="engine death, exit 0", serving_again_after_s=round(back_after_s, 1))
     assert back_after_s < 60
