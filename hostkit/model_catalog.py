@@ -78,10 +78,6 @@ class ModelSpec:
         """All parameters, embeddings included."""
         return self._linear_params(1) + self._unquantized_params(1)
 
-    def weight_bytes(self, bytes_per_param: float) -> int:
-        """The whole model at one size per parameter (no quantization layout)."""
-        return int(self.params * bytes_per_param)
-
     def weight_bytes_per_gpu(self, tensor_parallel_size: int, dtype_bytes: int, linear_bytes: float) -> int:
         """Weights on each GPU: the decoder's linear layers at `linear_bytes` per parameter,
         the embeddings, output layer and router at `dtype_bytes`."""
@@ -160,10 +156,6 @@ _BY_NAME: dict[str, ModelSpec] = {}
 for _model, _aliases in _BUILTIN:
     for _name in (_model.name, *_aliases):
         _BY_NAME[_name.lower()] = _model
-
-
-def builtin_models() -> list[ModelSpec]:
-    return [model for model, _ in _BUILTIN]
 
 
 def lookup(model: str) -> ModelSpec | None:

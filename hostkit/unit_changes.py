@@ -54,10 +54,6 @@ class UnitChange:
     restart_directives: tuple[str, ...] = ()  # changed directives that need a restart
     live_directives: tuple[str, ...] = ()  # changed limits applied to the running unit
 
-    @property
-    def needs_restart(self) -> bool:
-        return bool(self.restart_directives)
-
 
 def unit_change(installed: str | None, wanted: str) -> UnitChange:
     """What replacing `installed` (None: not installed or not readable) by `wanted` needs."""

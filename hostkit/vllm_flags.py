@@ -199,12 +199,6 @@ def flags_for(version: str) -> FlagSet:
     return FlagSet(version, recorded, release["entry_point"], tuple(flags))
 
 
-def unknown_flags(version: str, option_strings: list[str] | tuple[str, ...]) -> list[str]:
-    """The option strings that `version` would reject as unrecognized arguments."""
-    flag_set = flags_for(version)
-    return [option for option in option_strings if not flag_set.has(option)]
-
-
 def render_flags(version: str, options: dict[str, Any]) -> list[str]:
     """argv words for `options` ({option string: value}) in `version`'s spelling.
 

@@ -42,6 +42,7 @@ from hostkit.doctor.inputs import (
     VllmProcess,
 )
 from hostkit.doctor.kernel_log import kernel_log_oom_command, parse_kernel_log
+from hostkit.facts.parts import parse_int
 from hostkit.facts.platform import PlatformFact
 from hostkit.facts.platform import script as platform_script
 from hostkit.facts.gpu import parse_compute_apps
@@ -188,14 +189,9 @@ def _key_values(lines: Iterable[str]) -> dict[str, str]:
     return values
 
 
-def _int_or_none(text: str | None) -> int | None:
-    text = (text or "").strip()
-    return int(text) if text.isdigit() else None
-
-
 def _limit(text: str | None) -> int | None:
     """A memory limit in bytes; None for no limit (`max`, `infinity`, v1's huge number) or unknown."""
-    value = _int_or_none(text)
+    value = parse_int(text)
     return None if value is None or value >= UNLIMITED_FLOOR else value
 
 
@@ -223,7 +219,7 @@ def parse_tuning(lines: Iterable[str]) -> KernelTuning:
         return match.group(1) if match else None
 
     return KernelTuning(
-        swappiness=_int_or_none(values.get("swappiness")),
+        swappiness=parse_int(values.get("swappiness")),
         thp_enabled=selected(values.get("thp_enabled", "")),
         thp_defrag=selected(values.get("thp_defrag", "")),
         cgroup_version=2 if values.get("cgroup_fs") == "cgroup2fs" else 1,
@@ -249,24 +245,24 @@ def parse_unit(unit: str, unit_lines: list[str] | None, cgroup_lines: Iterable[s
     props = _key_values(unit_lines)
     files = _key_values(cgroup_lines)
     # The cgroup files are exact and cover what older systemd does not show (MemoryPeak, v1 limits).
-    current = _int_or_none(files.get("memory.current") or files.get("memory.usage_in_bytes") or props.get("MemoryCurrent"))
-    peak = _int_or_none(files.get("memory.peak") or files.get("memory.max_usage_in_bytes") or props.get("MemoryPeak"))
+    current = parse_int(files.get("memory.current") or files.get("memory.usage_in_bytes") or props.get("MemoryCurrent"))
+    peak = parse_int(files.get("memory.peak") or files.get("memory.max_usage_in_bytes") or props.get("MemoryPeak"))
     limit_text = files.get("memory.max") or files.get("memory.limit_in_bytes") or props.get("MemoryMax")
-    main_pid = _int_or_none(props.get("MainPID"))
+    main_pid = parse_int(props.get("MainPID"))
     return UnitMemory(
         unit=unit,
         loaded=props.get("LoadState") == "loaded",
         active_state=props.get("ActiveState") or None,
         sub_state=props.get("SubState") or None,
         main_pid=main_pid or None,
-        restarts=_int_or_none(props.get("NRestarts")),
+        restarts=parse_int(props.get("NRestarts")),
         current_bytes=current,
         peak_bytes=peak,
         max_bytes=_limit(limit_text),
         high_bytes=_limit(files.get("memory.high") or props.get("MemoryHigh")),
-        swap_current_bytes=_int_or_none(files.get("memory.swap.current")),
+        swap_current_bytes=parse_int(files.get("memory.swap.current")),
         swap_max_bytes=_limit(files.get("memory.swap.max") or props.get("MemorySwapMax")),
-        oom_kills=_int_or_none(files.get("memory.events.oom_kill")),
+        oom_kills=parse_int(files.get("memory.events.oom_kill")),
         exec_start=_exec_start_argv(props.get("ExecStart", "")),
         last_exit=_last_exit(props.get("ExecStart", "")),
         result=props.get("Result") or None,
@@ -286,7 +282,7 @@ def parse_keepalive(death_lines: list[str], watchdog_lines: list[str]) -> KeepAl
     now = values.get("now", "")
     return KeepAlive(
         checked_at=float(now) if now.isdigit() else None,
-        engine_death_count=_int_or_none(values.get("count")) or 0,
+        engine_death_count=parse_int(values.get("count")) or 0,
         engine_death_lines=tuple(line[len("line "):] for line in death_lines if line.startswith("line ")),
         watchdog_lines=tuple(line[len("line "):] for line in watchdog_lines if line.startswith("line ")),
         watchdog_restarts=restarts,
@@ -418,7 +414,7 @@ def parse_collector_metrics(lines: list[str] | None) -> CollectorMetrics | None:
         if line.startswith("path="):
             path = line[len("path="):]
         elif line.startswith("age="):
-            age = _int_or_none(line[len("age="):]) or 0
+            age = parse_int(line[len("age="):]) or 0
         elif line and not line.startswith("#"):
             name, _, value = line.rpartition(" ")
             try:

@@ -31,11 +31,14 @@ fraction of a second, and a host without NVIDIA hardware should pay for none.
 from __future__ import annotations
 
 import re
+import shlex
 from dataclasses import dataclass
 
 from pyinfra.api import FactBase
 
+from hostkit.data import host_file
 from hostkit.facts.deadline import DEADLINE_FUNCTION, KERNEL_LOG_S, NVIDIA_SMI_S, TIMED_OUT, timed_out_lines
+from hostkit.facts.parts import parse_int
 
 # Fixed order: the parser maps columns by position. Every name appears in the header of
 # real `nvidia-smi --query-gpu` output from an H200 (tests check this against a fixture).
@@ -147,36 +150,10 @@ class GpuFacts:
         return len(self.gpus)
 
     @property
-    def total_memory_mib(self) -> int:
-        return sum(gpu.memory_total_mib or 0 for gpu in self.gpus)
-
-    @property
-    def min_memory_mib(self) -> int | None:
-        sizes = [gpu.memory_total_mib for gpu in self.gpus if gpu.memory_total_mib is not None]
-        return min(sizes) if sizes else None
-
-    @property
     def xid_log_readable(self) -> bool:
         """Whether the Xid lines are known; with no driver loaded they are taken as none, so
         the lines of a driver that was unloaded since boot go unseen."""
         return self.kernel_log_source is not None
-
-    @property
-    def has_nvswitch(self) -> bool:
-        return self.fabricmanager is not None
-
-
-def _proc_cmdlines_of(comm_prefix: str) -> str:
-    """Print the NUL-separated command line of each process whose comm is `comm_prefix`."""
-    return (
-        "for c in /proc/[0-9]*/comm; do"
-        f" IFS= read -r n 2>/dev/null < \"$c\" && [ \"$n\" = '{comm_prefix}' ] || continue;"
-        " tr '\\0' ' ' < \"${c%/comm}/cmdline\"; echo; done"
-    )
-
-
-def _marker(name: str) -> str:
-    return f"echo '{SUB_MARKER}{name}@@'"
 
 
 class GpuFact(FactBase):
@@ -185,65 +162,18 @@ class GpuFact(FactBase):
     section = "gpu"
 
     def command(self) -> str:
-        fields = ",".join(QUERY_FIELDS)
-        return "\n".join(
-            [
-                "hk_any() { [ -e \"$1\" ] || [ -L \"$1\" ]; }",
-                DEADLINE_FUNCTION,
-                "if command -v nvidia-smi >/dev/null 2>&1; then",
-                f"  {_marker('query')}",
-                f"  hk_deadline {NVIDIA_SMI_S} 'nvidia-smi --query-gpu'"
-                f" nvidia-smi --query-gpu={fields} --format=csv,noheader,nounits 2>&1",
-                f"  echo \"{SUB_MARKER}query-rc@@ $?\"",
-                f"  {_marker('apps')}",
-                f"  hk_apps=$(hk_deadline {NVIDIA_SMI_S} 'nvidia-smi --query-compute-apps'"
-                f" nvidia-smi --query-compute-apps={','.join(APPS_FIELDS)} --format=csv,noheader,nounits 2>&1)",
-                f"  hk_rc=$?; printf '%s\\n' \"$hk_apps\"; echo \"{SUB_MARKER}apps-rc@@ $hk_rc\"",
-                f"  {_marker('procs')}",
-                "  printf '%s\\n' \"$hk_apps\" | while IFS=', ' read -r hk_pid hk_rest; do",
-                "    case $hk_pid in ''|*[!0-9]*) continue ;; esac",
-                "    IFS= read -r hk_comm 2>/dev/null < \"/proc/$hk_pid/comm\" && echo \"$hk_pid comm $hk_comm\"",
-                "    while IFS= read -r hk_cg; do echo \"$hk_pid cgroup $hk_cg\"; done 2>/dev/null < \"/proc/$hk_pid/cgroup\"",
-                "  done",
-                "else",
-                f"  {_marker('no-nvidia-smi')}",
-                "fi",
-                _marker("version"),
-                f"[ -e {_DRIVER_VERSION} ] && cat {_DRIVER_VERSION} 2>/dev/null",
-                _marker("modules"),
-                "[ -r /proc/modules ] && while IFS= read -r m; do"
-                " case $m in nvidia*) printf '%s\\n' \"$m\" ;; esac; done < /proc/modules",
-                _marker("nodes"),
-                "hk_any /dev/nvidia* && ls -ld /dev/nvidia* 2>/dev/null",
-                _marker("persistenced"),
-                _proc_cmdlines_of("nvidia-persiste"),
-                _marker("xid"),
-                # An empty answer (not even xid_total) means that log could not be read.
-                # A log read that timed out prints only its timeout line: partial is not clean.
-                f"hk_xids() {{ awk '/^{TIMED_OUT}/ {{ t = $0; next }}"
-                f" /NVRM: Xid/ {{ n++; if (n <= {XID_LINE_LIMIT}) x[n] = $0 }}"
-                " END { if (t) { print t; exit } for (i = 1; i <= n && i <= "
-                f"{XID_LINE_LIMIT}; i++) print x[i]; if (NR) print \"xid_total=\" n+0 }}'; }}",
-                f"if [ ! -e {_DRIVER_VERSION} ]; then",
-                "  echo source=no-driver; echo xid_total=0",
-                "else",
-                "  hk_log=",
-                "  command -v journalctl >/dev/null 2>&1 && hk_source=journalctl"
-                f" && hk_log=$(hk_deadline {KERNEL_LOG_S} 'journalctl -k -b' journalctl -k -b -q --no-pager 2>/dev/null"
-                " | hk_xids)",
-                "  [ -n \"$hk_log\" ] || { hk_source=dmesg;"
-                f" hk_log=$(hk_deadline {KERNEL_LOG_S} dmesg dmesg 2>/dev/null | hk_xids); }}",
-                "  [ -n \"$hk_log\" ] || { hk_source=none; hk_log=xid_total=0; }",
-                "  echo \"source=$hk_source\"; printf '%s\\n' \"$hk_log\"",
-                "fi",
-                "if hk_any /dev/nvidia-nvswitch*; then",
-                f"  {_marker('fabricmanager')}",
-                f"  {_proc_cmdlines_of('nv-fabricmanage')} | sed 's/^/process: /'",
-                "  nv-fabricmanager --version 2>&1 | sed 's/^/version: /'",
-                "fi",
-                "true",
-            ]
-        )
+        settings = {
+            "hk_mark": SUB_MARKER,
+            "hk_query_fields": ",".join(QUERY_FIELDS),
+            "hk_apps_fields": ",".join(APPS_FIELDS),
+            "hk_smi_s": str(NVIDIA_SMI_S),
+            "hk_log_s": str(KERNEL_LOG_S),
+            "hk_driver_version": _DRIVER_VERSION,
+            "hk_xid_limit": str(XID_LINE_LIMIT),
+            "hk_timed_out": TIMED_OUT,
+        }
+        lines = [f"{name}={shlex.quote(value)}" for name, value in settings.items()]
+        return "\n".join((*lines, DEADLINE_FUNCTION, host_file("gpu.sh")))
 
     def process(self, output: list[str]) -> GpuFacts:
         return parse_gpu_output(output)
@@ -267,12 +197,11 @@ def _na(value: str) -> bool:
     return value in ("", "[N/A]", "N/A", "[Not Supported]", "[Unknown Error]", "[Insufficient Permissions]")
 
 
-def _int(value: str) -> int | None:
+def _smi_int(value: str) -> int | None:
+    """An nvidia-smi number; its words for no value (`[N/A]`) and a unit left in place
+    ("143771 MiB") tolerated."""
     value = value.strip()
-    if _na(value):
-        return None
-    number = value.split()[0]  # tolerates a unit left in place ("143771 MiB")
-    return int(number) if number.isdigit() else None
+    return None if _na(value) else parse_int(value.split()[0])
 
 
 def _flag(value: str, true: str, false: str) -> bool | None:
@@ -298,10 +227,10 @@ def parse_query_row(line: str) -> GpuDevice | None:
         uuid="" if _na(value["uuid"]) else value["uuid"],
         driver_version="" if _na(value["driver_version"]) else value["driver_version"],
         persistence_mode=_flag(value["persistence_mode"], "Enabled", "Disabled"),
-        memory_total_mib=_int(value["memory.total"]),
-        memory_used_mib=_int(value["memory.used"]),
+        memory_total_mib=_smi_int(value["memory.total"]),
+        memory_used_mib=_smi_int(value["memory.used"]),
         ecc_enabled=_flag(value["ecc.mode.current"], "Enabled", "Disabled"),
-        ecc_uncorrected_volatile=_int(value["ecc.errors.uncorrected.volatile.total"]),
+        ecc_uncorrected_volatile=_smi_int(value["ecc.errors.uncorrected.volatile.total"]),
         retired_pages_pending=_flag(value["retired_pages.pending"], "Yes", "No"),
         remapped_rows_pending=_flag(value["remapped_rows.pending"], "Yes", "No"),
         remapped_rows_failure=_flag(value["remapped_rows.failure"], "Yes", "No"),
@@ -341,7 +270,8 @@ def parse_compute_apps(
         if len(value) != len(fields) or not pid.isdigit():
             problems.append(line.removeprefix(TIMED_OUT).strip())
             continue
-        processes.append(GpuProcess(pid=int(pid), gpu_uuid=value.get("gpu_uuid", ""), used_mib=_int(value.get("used_memory", ""))))
+        processes.append(GpuProcess(pid=int(pid), gpu_uuid=value.get("gpu_uuid", ""),
+                                    used_mib=_smi_int(value.get("used_memory", ""))))
     return tuple(processes), problems
 
 

@@ -11,12 +11,12 @@ active profiles, the later wins.
 from __future__ import annotations
 
 import re
-from importlib import resources
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 from pyinfra.api import FactBase
 
+from hostkit.data import host_file
 from hostkit.facts.parts import split_on_marker
 
 PART_MARKER = "%%hostkit-platform:"
@@ -77,7 +77,7 @@ def _glob(pattern: str, name: str) -> bool:
 
 
 def script() -> str:
-    return resources.files("hostkit").joinpath("data/host/platform.sh").read_text()
+    return host_file("platform.sh")
 
 
 class PlatformFact(FactBase):

@@ -16,7 +16,8 @@ from typing import Any
 
 from pyinfra.api import FactBase
 
-from hostkit.facts.parts import split_on_marker
+from hostkit.data import host_file
+from hostkit.facts.parts import split_on_marker, to_int
 from hostkit.plans import SWAP_FILE_NAME
 
 PART_MARKER = "%%hostkit-storage:"
@@ -36,11 +37,6 @@ _OCTAL_ESCAPE = re.compile(r"\\([0-7]{3})")
 def decode_octal(text: str) -> str:
     """Undo the `\\040`-style escapes of /proc/swaps, /proc/self/mounts and fstab."""
     return _OCTAL_ESCAPE.sub(lambda m: chr(int(m.group(1), 8)), text)
-
-
-def encode_octal(text: str) -> str:
-    """Escape a path the way fstab and /proc/swaps spell it."""
-    return "".join(f"\\{ord(c):03o}" if c in " \t\n\\" else c for c in text)
 
 
 def is_hostkit_swap_path(path: str) -> bool:
@@ -192,10 +188,6 @@ class StorageInfo:
     def swap_area(self, path: str) -> SwapArea | None:
         return next((s for s in self.swaps if s.path == path), None)
 
-    def nvme_filesystems(self) -> list[Filesystem]:
-        """Mounted NVMe-backed filesystems, the most free space first."""
-        return sorted((f for f in self.filesystems if f.on_nvme), key=lambda f: -f.avail_bytes)
-
     def filesystem_at(self, mountpoint: str) -> Filesystem | None:
         return next((f for f in self.filesystems if f.mountpoint == mountpoint), None)
 
@@ -274,27 +266,8 @@ def _profile_value(profile: Any, name: str, default: Any) -> Any:
 # Shell builtins where they do the job: on a slow host each process costs a noticeable
 # fraction of a second, and the snapshot runs this on every deploy. hk_nvme_namespace
 # matches `nvme[0-9]+n[0-9]+`: whole namespaces, not the nvme<N>c<C>n<M> nodes behind
-# NVMe multipath.
-_SHELL_HELPERS = r"""hk_nl='
-'
-hk_cat() { while IFS= read -r hk_l || [ -n "$hk_l" ]; do printf '%s\n' "$hk_l"; done < "$1"; }
-hk_prefix() {
-  [ -n "$2" ] || return 0
-  while IFS= read -r hk_l; do printf '%s%s\n' "$1" "$hk_l"; done <<EOF
-$2
-EOF
-}
-hk_nvme_namespace() {
-  hk_n=${1#nvme}; hk_c=${hk_n%%n*}; hk_m=${hk_n#*n}
-  case $hk_n in "$1"|"$hk_c") return 1 ;; esac
-  case $hk_c in ""|*[!0-9]*) return 1 ;; esac
-  case $hk_m in ""|*[!0-9]*) return 1 ;; esac
-}
-hk_seen=$hk_nl
-hk_first() {
-  case $hk_seen in *"$hk_nl$1$hk_nl"*) return 1 ;; esac
-  hk_seen=$hk_seen$1$hk_nl
-}"""
+# NVMe multipath. The functions: hostkit/data/host/storage_helpers.sh.
+_SHELL_HELPERS = host_file("storage_helpers.sh").removesuffix("\n")
 
 
 class StorageFact(FactBase):
@@ -425,13 +398,6 @@ def parse_proc_swaps(lines: list[str]) -> list[SwapArea]:
     return areas
 
 
-def _int(value: Any) -> int:
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return 0
-
-
 def _device_path(node: dict[str, Any]) -> str:
     """A device's path where lsblk has no PATH column: device-mapper devices (LVM, LUKS)
     are reached by name under /dev/mapper, the rest by their kernel name."""
@@ -466,7 +432,7 @@ def parse_lsblk(text: str) -> list[BlockDevice]:
             tran=node.get("tran"),
             fstype=node.get("fstype"),
             uuid=node.get("uuid"),
-            size_bytes=_int(node.get("size")),
+            size_bytes=to_int(node.get("size"), 0),
             mountpoints=tuple(m for m in mounts if m),
             on_nvme=on_nvme,
             children=children,
@@ -491,7 +457,7 @@ def parse_df(lines: list[str], nvme_mounts: set[str]) -> list[Filesystem]:
                 source=source,
                 fstype=fstype,
                 size_bytes=int(size),
-                avail_bytes=_int(avail),
+                avail_bytes=to_int(avail, 0),
                 mountpoint=mountpoint,
                 on_nvme=mountpoint in nvme_mounts,
             )
@@ -521,8 +487,8 @@ def parse_fstab(lines: list[str]) -> list[FstabEntry]:
                 file=decode_octal(fields[1]),
                 vfstype=fields[2],
                 options=options,
-                freq=_int(fields[4]) if len(fields) > 4 else 0,
-                passno=_int(fields[5]) if len(fields) > 5 else 0,
+                freq=to_int(fields[4], 0) if len(fields) > 4 else 0,
+                passno=to_int(fields[5], 0) if len(fields) > 5 else 0,
                 line_no=number,
             )
         )
@@ -587,11 +553,11 @@ def parse_files(lines: list[str]) -> dict[str, FileStat]:
         files[path] = FileStat(
             path=path,
             kind=kind,
-            size_bytes=_int(size),
+            size_bytes=to_int(size, 0),
             mode=int(mode, 8) if mode.isdigit() else 0,
-            uid=_int(uid),
-            gid=_int(gid),
-            allocated_bytes=_int(blocks) * _int(block_size),
+            uid=to_int(uid, 0),
+            gid=to_int(gid, 0),
+            allocated_bytes=to_int(blocks, 0) * to_int(block_size, 0),
             swap_signature=sig.strip() == "swap",
         )
     return {path: replace(stat, selinux_type=labels.get(path)) for path, stat in files.items()}

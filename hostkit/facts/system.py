@@ -23,10 +23,6 @@ class SystemInfo:
     systemd_version: int
     kernel_cmdline: str
 
-    @property
-    def mem_total_gib(self) -> float:
-        return self.mem_total_bytes / 2**30
-
 
 def _meminfo_bytes(fields: dict[str, str], key: str) -> int:
     value = fields.get(key, "0 kB").split()

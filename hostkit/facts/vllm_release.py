@@ -13,11 +13,11 @@ from __future__ import annotations
 import json
 import shlex
 from dataclasses import dataclass
-from importlib import resources
 from typing import Any
 
 from pyinfra.api import FactBase
 
+from hostkit.data import host_file
 from hostkit.facts.deadline import DEADLINE_FUNCTION, timed_out_lines
 
 # Reading metadata is quick, but the interpreter starts cold: a slow host takes seconds.
@@ -63,10 +63,6 @@ def release_packages(profile: Any) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def _host_file(name: str) -> str:
-    return resources.files("hostkit").joinpath(f"data/host/{name}").read_text()
-
-
 class VllmReleaseFact(FactBase):
     """`key=value` lines; the probe's JSON in `release=`."""
 
@@ -80,11 +76,11 @@ class VllmReleaseFact(FactBase):
             "hk_root": profile.vllm_install_root if profile is not None else "/opt/vllm",
             "hk_command": profile.vllm_command if profile is not None else "/opt/vllm/bin/vllm",
             "hk_packages": " ".join(release_packages(profile)),
-            "hk_probe": _host_file("vllm_release.py"),
+            "hk_probe": host_file("vllm_release.py"),
             "hk_deadline_s": str(READ_S),
         }
         assignments = [f"{name}={shlex.quote(value)}" for name, value in settings.items()]
-        return "\n".join((*assignments, DEADLINE_FUNCTION, _host_file("vllm_release.sh")))
+        return "\n".join((*assignments, DEADLINE_FUNCTION, host_file("vllm_release.sh")))
 
     def process(self, output: list[str]) -> VllmReleaseState:
         values: dict[str, str] = {}

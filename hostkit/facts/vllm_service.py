@@ -15,6 +15,7 @@ from typing import Any
 from pyinfra.api import FactBase
 
 from hostkit.facts.deadline import DEADLINE_FUNCTION, SYSTEMCTL_S, TIMED_OUT, timed_out_lines
+from hostkit.facts.parts import to_int
 from hostkit.plans import VLLM_ENV_FILE, VLLM_UNIT, VllmPlan
 from hostkit.readiness import Probe, probe_command
 from hostkit.vllm_unit import ENV_DIR, UNIT_PATH
@@ -105,15 +106,11 @@ class VllmServiceState:
 
     @property
     def main_pid(self) -> int:
-        return _int(self.unit.get("MainPID")) or 0
-
-    @property
-    def active_enter_monotonic(self) -> int:
-        return _int(self.unit.get("ActiveEnterTimestampMonotonic")) or 0
+        return to_int(self.unit.get("MainPID")) or 0
 
     @property
     def n_restarts(self) -> int:
-        return _int(self.unit.get("NRestarts")) or 0
+        return to_int(self.unit.get("NRestarts")) or 0
 
     @property
     def drop_in_paths(self) -> list[str]:
@@ -124,13 +121,6 @@ class VllmServiceState:
         if self.n_restarts:
             state += f", {self.n_restarts} restarts"
         return state + (f", {self.probe.describe()}" if self.probe else ", no probe (python3 missing?)")
-
-
-def _int(text: str | None) -> int | None:
-    try:
-        return int(text) if text is not None else None
-    except ValueError:
-        return None
 
 
 class VllmServiceFact(FactBase):
@@ -211,19 +201,19 @@ class VllmServiceFact(FactBase):
             target = ServiceTarget()
         return VllmServiceState(
             target=target,
-            user_uid=_int(values.get("uid") or None),
+            user_uid=to_int(values.get("uid") or None),
             unit_sha256=values.get("unit_sha256") or None,
             env_sha256=values.get("env_sha256") or None,
             env_stat=FileStat.parse(values.get("env_stat", "")),
             env_dir_stat=FileStat.parse(values.get("env_dir_stat", "")),
             unit=unit,
             memory_limit_bytes=_memory_limit(cgroup),
-            memory_peak_bytes=_int(cgroup.get("memory.peak") or cgroup.get("memory.max_usage_in_bytes")),
-            oom_kills=_int(cgroup.get("oom_kill")),
+            memory_peak_bytes=to_int(cgroup.get("memory.peak") or cgroup.get("memory.max_usage_in_bytes")),
+            oom_kills=to_int(cgroup.get("oom_kill")),
             probe=Probe.parse(values["probe"]) if values.get("probe") else None,
             unit_text=_decoded(values.get("unit_text")),
-            command_changed_at=_int(values.get("command_ctime") or None),
-            main_started_at=_int(values.get("main_start", "").lstrip("@") or None),
+            command_changed_at=to_int(values.get("command_ctime") or None),
+            main_started_at=to_int(values.get("main_start", "").lstrip("@") or None),
             timeouts=timed_out_lines(output),
         )
 
@@ -237,6 +227,6 @@ def _decoded(text: str | None) -> str | None:
 
 def _memory_limit(cgroup: dict[str, str]) -> int | None:
     if "memory.max" in cgroup:
-        return _int(cgroup["memory.max"])  # "max" -> None
-    limit = _int(cgroup.get("memory.limit_in_bytes"))
+        return to_int(cgroup["memory.max"])  # "max" -> None
+    limit = to_int(cgroup.get("memory.limit_in_bytes"))
     return None if limit is None or limit >= _V1_UNLIMITED else limit

@@ -14,6 +14,7 @@ from pyinfra.api import FunctionCommand, Host, State, operation
 
 from hostkit.facts.snapshot import SECTION_NAMES, snapshot
 from hostkit.gpu_policy import GpuPolicy, GpuVerdict, evaluate
+from hostkit.operations import callbacks
 from hostkit.profile import HostProfile
 
 
@@ -44,12 +45,6 @@ def verify_gpu(profile: HostProfile | None = None):
             host.log_styled(f"GPU: {warning}", fg="yellow", log_func=logger.warning)
 
 
-def host_refused(state: State, host: Host, reasons: list[str]) -> bool:
-    for reason in reasons:
-        host.log_styled(reason, fg="red", log_func=logger.error)
-    return False
-
-
 @operation()
 def refuse_host(reasons: list[str]):
     """
@@ -57,7 +52,7 @@ def refuse_host(reasons: list[str]):
 
     + reasons: one line each, naming what stands in the way (pids, processes, memory)
     """
-    yield FunctionCommand(host_refused, (reasons,), {})
+    yield FunctionCommand(callbacks.fail_host, (reasons,), {})
 
 
 @operation()
@@ -72,4 +67,4 @@ def snapshot_finished(profile: HostProfile | None = None):
         f"{name}: {line}" for name in sorted(SECTION_NAMES) for line in getattr(taken.section(name), "timeouts", ())
     ]
     if timeouts:
-        yield FunctionCommand(host_refused, (timeouts,), {})
+        yield FunctionCommand(callbacks.fail_host, (timeouts,), {})

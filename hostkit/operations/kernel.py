@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pyinfra import host, logger
-from pyinfra.api import FunctionCommand, Host, State, operation
+from pyinfra.api import FunctionCommand, operation
 from pyinfra.api.exceptions import OperationValueError
 
 from hostkit import templates
@@ -62,6 +62,7 @@ from hostkit.facts.kernel import (
     sysctl_path,
 )
 from hostkit.facts.snapshot import mark_changed, snapshot
+from hostkit.operations import callbacks
 from hostkit.plans import SYSCTL_FILE, THP_UNIT, VLLM_UNIT, KernelPlan
 
 THP_CHOICES = {
@@ -309,12 +310,8 @@ def thp_remove_command() -> str:
 # -- operations ----------------------------------------------------------------------------
 
 
-def refuse_host(state: State, host: Host, summary: str, reasons: list[str]) -> bool:
-    """Log why this host is refused; returning False fails this host only."""
-    host.log_styled(summary, fg="red", log_func=logger.error)
-    for reason in reasons:
-        host.log_styled(f"  {reason}", fg="red", log_func=logger.error)
-    return False
+def _refusal(summary: str, reasons: list[str]) -> FunctionCommand:
+    return FunctionCommand(callbacks.fail_host, ([summary, *(f"  {reason}" for reason in reasons)],), {})
 
 
 def _notice(message: str) -> None:
@@ -343,10 +340,10 @@ def sysctl_settings(plan: KernelPlan, profile: Any = None):
 
     conflicts = sysctl_conflicts(state, plan)
     if conflicts and plan.sysctl_conflicts == "error":
-        yield FunctionCommand(refuse_host, (
+        yield _refusal(
             "sysctl: other files would override hostkit's values at boot (set sysctl_conflicts: warn to go on):",
             [str(conflict) for conflict in conflicts],
-        ), {})
+        )
         return
     for override in conflicts + sysctl_conf_overrides(state, plan):
         _notice(f"sysctl: {override}")
@@ -382,7 +379,7 @@ def transparent_hugepages(plan: KernelPlan, profile: Any = None):
         return
     refusals = thp_refusals(state, plan, snap.system.kernel_cmdline)
     if refusals:
-        yield FunctionCommand(refuse_host, ("THP: refusing to set transparent hugepages:", refusals), {})
+        yield _refusal("THP: refusing to set transparent hugepages:", refusals)
         return
 
     unit_text = render_thp_unit(plan)

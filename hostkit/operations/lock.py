@@ -35,10 +35,11 @@ from dataclasses import dataclass, field
 import psutil
 from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, Host, State, StringCommand, operation
-from pyinfra.api.arguments import CONNECTOR_ARGUMENT_KEYS
 from pyinfra.api.state import BaseStateCallback
 
+from hostkit.data import host_file
 from hostkit.facts.snapshot import mark_changed
+from hostkit.operations import callbacks
 
 LOCK_DIR = "/run/vllm-hostkit"
 LOCK_PATH = f"{LOCK_DIR}/deploy.lock"
@@ -114,36 +115,16 @@ def acquire_command(owner: LockOwner, replace: str | None = None) -> str:
     """Create the lock for `owner`, first removing it if it still holds exactly `replace`
     (a takeover). Prints `acquired`, or `held AGE_S` and `holder LINE`; then one `busy PID
     ARGS` line per process of an earlier hostkit run (never this command's own)."""
-    take_over = (
-        f'if [ "$(head -n 1 "$lock" 2>/dev/null)" = {shlex.quote(replace)} ]; then rm -f "$lock"; fi'
-        if replace is not None else ""
-    )
-    return "\n".join((
-        f"lock={LOCK_PATH}",
-        "umask 022",
-        f"mkdir -p {LOCK_DIR}",
-        take_over,
-        "tries=0",
-        "while :; do",
-        f"  if ( set -C; printf '%s\\n' {shlex.quote(owner.line())} > \"$lock\" ) 2>/dev/null; then"
-        " echo acquired; break; fi",
-        '  held=$(head -n 1 "$lock" 2>/dev/null) && mtime=$(stat -c %Y "$lock" 2>/dev/null) && {',
-        '    echo "held $(( $(date +%s) - mtime ))"; echo "holder $held"; break; }',
-        # Released between our attempt and our look: try again.
-        "  tries=$((tries + 1)); [ $tries -lt 5 ] || { echo 'held 0'; echo 'holder '; break; }",
-        "done",
-        # Leftover commands: every process naming the marker, except this command's
-        # ancestors and their direct children (the subshells of this script).
-        "mine=' '; p=$$",
-        "while [ \"${p:-0}\" -gt 1 ]; do mine=\"$mine$p \"; p=$(sed -n 's/^PPid:[[:space:]]*//p' /proc/$p/status"
-        " 2>/dev/null); done",
-        "ps -eo pid=,ppid=,args= | while read -r pid ppid args; do",
-        f"  case \"$args\" in *{LEFTOVER_MARKER}*) ;; *) continue;; esac",
-        '  case "$mine" in *" $pid "*|*" $ppid "*) continue;; esac',
-        '  echo "busy $pid $args"',
-        "done",
-        "exit 0",
-    ))
+    settings = {
+        "lock": LOCK_PATH,
+        "hk_lock_dir": LOCK_DIR,
+        "hk_owner": owner.line(),
+        "hk_take_over": "1" if replace is not None else "0",
+        "hk_replace": replace or "",
+        "hk_marker": LEFTOVER_MARKER,
+    }
+    lines = [f"{name}={shlex.quote(value)}" for name, value in settings.items()]
+    return "\n".join((*lines, host_file("lock_acquire.sh")))
 
 
 def release_command(owner: LockOwner) -> str:
@@ -184,22 +165,15 @@ def takeover(probe: LockProbe, stale_after_s: int,
     return Takeover(False, f"another hostkit deploy holds {LOCK_PATH}: {who}, for {probe.age_s}s")
 
 
-def refuse_host(state: State, host: Host, message: str) -> bool:
-    """Log why; returning False fails this host only."""
-    host.log_styled(f"deploy lock: {message}", fg="red", log_func=logger.error)
-    return False
-
-
-def _connector_arguments(op_host: Host) -> dict:
-    arguments = op_host.current_op_global_arguments or {}
-    return {key: arguments[key] for key in CONNECTOR_ARGUMENT_KEYS if key in arguments}
-
-
 def _probe(op_host: Host, command: str, connector_arguments: dict) -> LockProbe:
     ok, output = op_host.run_shell_command(StringCommand(command), **connector_arguments)
     if not ok:
         raise ValueError(f"the deploy lock command failed: {output.stderr.strip()}")
     return LockProbe.parse(output.stdout_lines)
+
+
+def _refusal(message: str) -> FunctionCommand:
+    return FunctionCommand(callbacks.fail_host, ([f"deploy lock: {message}"],), {})
 
 
 class _ReleaseOnError(BaseStateCallback):
@@ -211,7 +185,7 @@ class _ReleaseOnError(BaseStateCallback):
         arguments = state.get_op_data_for_host(host, op_hash).global_arguments
         if owner is None or arguments.get("_ignore_errors"):
             return
-        connector_arguments = {key: arguments[key] for key in CONNECTOR_ARGUMENT_KEYS if key in arguments}
+        connector_arguments = callbacks.connector_arguments(arguments)
         try:
             host.run_shell_command(StringCommand(release_command(owner)), **connector_arguments)
         except Exception as error:  # the failure may be the connection itself
@@ -235,7 +209,7 @@ def acquire_deploy_lock(stale_after_s: int = STALE_AFTER_S, leftover_wait_s: int
     """
     if not host.state.is_executing:
         return  # the lock exists only while operations run
-    connector_arguments = _connector_arguments(host)
+    connector_arguments = callbacks.current_connector_arguments(host)
     owner = LockOwner.for_this_run(host.name)
     deadline = time.monotonic() + leftover_wait_s
     announced = waiting = False
@@ -244,7 +218,7 @@ def acquire_deploy_lock(stale_after_s: int = STALE_AFTER_S, leftover_wait_s: int
         while not probe.acquired:
             decision = takeover(probe, stale_after_s)
             if not decision.allowed:
-                yield FunctionCommand(refuse_host, (f"{decision.reason}; this host is not deployed",), {})
+                yield _refusal(f"{decision.reason}; this host is not deployed")
                 return
             if not announced:
                 host.log_styled(f"deploy lock: taking over {LOCK_PATH}: {decision.reason}", fg="yellow",
@@ -254,13 +228,13 @@ def acquire_deploy_lock(stale_after_s: int = STALE_AFTER_S, leftover_wait_s: int
                 stale_line = probe.holder_line
                 probe = _probe(host, acquire_command(owner, replace=stale_line), connector_arguments)
                 if not probe.acquired and probe.holder_line == stale_line:
-                    yield FunctionCommand(refuse_host, (f"could not take over {LOCK_PATH}: {stale_line!r}",), {})
+                    yield _refusal(f"could not take over {LOCK_PATH}: {stale_line!r}")
                     return
                 continue  # not acquired: another run took it over first, and the loop judges that one
             if time.monotonic() > deadline:
                 listed = "; ".join(line[:160] for line in probe.leftovers)
                 message = f"commands of an earlier run still run after {leftover_wait_s}s: {listed}"
-                yield FunctionCommand(refuse_host, (message,), {})
+                yield _refusal(message)
                 return
             if not waiting:
                 host.log(f"deploy lock: waiting for {len(probe.leftovers)} command(s) of the earlier run to end")
@@ -268,7 +242,7 @@ def acquire_deploy_lock(stale_after_s: int = STALE_AFTER_S, leftover_wait_s: int
             time.sleep(LEFTOVER_POLL_S)
             probe = _probe(host, acquire_command(owner), connector_arguments)
     except ValueError as error:
-        yield FunctionCommand(refuse_host, (str(error),), {})
+        yield _refusal(str(error))
         return
     setattr(host, _HELD_ATTR, owner)
     _register_release_on_error(host.state)
@@ -285,7 +259,8 @@ def release_deploy_lock():
     owner = getattr(host, _HELD_ATTR, None)
     if not host.state.is_executing or owner is None:
         return
-    ok, output = host.run_shell_command(StringCommand(release_command(owner)), **_connector_arguments(host))
+    connector_arguments = callbacks.current_connector_arguments(host)
+    ok, output = host.run_shell_command(StringCommand(release_command(owner)), **connector_arguments)
     setattr(host, _HELD_ATTR, None)
     if not ok:
         host.log_styled(f"deploy lock: {LOCK_PATH} not released: {output.stderr.strip()}", fg="yellow",

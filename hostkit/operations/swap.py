@@ -39,12 +39,14 @@ import shlex
 from dataclasses import dataclass
 from typing import Any
 
-from pyinfra import host, logger
-from pyinfra.api import FunctionCommand, Host, State, operation
+from pyinfra import host
+from pyinfra.api import FunctionCommand, operation
 from pyinfra.api.exceptions import OperationValueError
 
+from hostkit.data import host_file
 from hostkit.facts.snapshot import mark_changed, snapshot
 from hostkit.facts.storage import SWAP_FILE_SELINUX_TYPE, TEMP_SUFFIX, FileStat, StorageInfo
+from hostkit.operations import callbacks
 from hostkit.plans import SWAP_FILE_NAME, NvmePlan, SwapPlan
 from hostkit.swap_filesystems import FILL_METHODS, swap_file_refusal
 
@@ -60,108 +62,9 @@ MKFS_COMMANDS = {
     "ext4": 'mkfs.ext4 -q -U "$hk_uuid" "$hk_dev"',
     "xfs": 'mkfs.xfs -q -m uuid="$hk_uuid" "$hk_dev"',
 }
-# Shell functions every script starts with. Paths reach them checked against _SAFE_PATH,
+# Shell functions every script starts with (hostkit/data/host/swap_lib.sh). Paths reach them checked against _SAFE_PATH,
 # so they compare equal to the (octal-escaped) fields of /proc/swaps and fstab.
-SHELL_LIB = r"""set -eu
-hk_fstab=/etc/fstab
-hk_swaps=/proc/swaps
-hk_meminfo=/proc/meminfo
-hk_selinux_enforce=/sys/fs/selinux/enforce
-hk_partial=
-hk_fstab_changed=
-hk_say() { echo "vllm-hostkit: $*" >&2; }
-hk_fail() { hk_say "$*"; exit 1; }
-hk_active() { awk -v p="$1" 'NR > 1 && $1 == p { found = 1 } END { exit !found }' "$hk_swaps"; }
-hk_mem_kib() { awk -v k="$1:" '$1 == k { print $2; exit }' "$hk_meminfo"; }
-hk_used_kib() { awk -v p="$1" 'NR > 1 && $1 == p { print $4; exit }' "$hk_swaps"; }
-hk_on_exit() {
-  hk_rc=$?
-  if [ "$hk_rc" -ne 0 ] && [ -n "$hk_partial" ]; then
-    if hk_active "$hk_partial"; then swapoff "$hk_partial" 2>/dev/null || true; fi
-    if rm -f -- "$hk_partial" 2>/dev/null; then
-      hk_say "failed part-way: removed the partial swap file $hk_partial; no fstab entry was written for it"
-    else
-      hk_say "failed part-way: could not remove the partial swap file $hk_partial"
-    fi
-  fi
-  exit "$hk_rc"
-}
-trap hk_on_exit EXIT
-# Succeeds when swapping off $1 is safe: MemAvailable covers its used pages plus a margin.
-hk_check_swapoff() {
-  hk_active "$1" || return 0
-  hk_used=$(hk_used_kib "$1"); hk_avail=$(hk_mem_kib MemAvailable); hk_total=$(hk_mem_kib MemTotal)
-  hk_margin=$(( hk_total / 20 )); [ "$hk_margin" -ge 262144 ] || hk_margin=262144
-  [ $(( hk_used + hk_margin )) -gt "$hk_avail" ] || return 0
-  hk_say "refusing to swapoff $1: it holds $(( hk_used / 1024 )) MiB of swapped-out pages;" \
-    "swapoff needs those plus a $(( hk_margin / 1024 )) MiB margin ($(( (hk_used + hk_margin) / 1024 )) MiB)" \
-    "of MemAvailable, and MemAvailable is $(( hk_avail / 1024 )) MiB"
-  return 1
-}
-hk_swapoff() {
-  hk_active "$1" || return 0
-  hk_check_swapoff "$1" || exit 1
-  swapoff "$1"
-}
-# hk_fstab_put swap|mount KEY LINE: replace the entries whose spec (swap) or mount point
-# (mount) is KEY with LINE, or remove them when LINE is empty. Fields, not regexes.
-hk_fstab_put() {
-  hk_fstab_file=$(readlink -f -- "$hk_fstab")
-  [ -e "$hk_fstab_file" ] || : > "$hk_fstab_file"
-  HK_KIND=$1 HK_KEY=$2 HK_LINE=$3 awk '
-    function ours() {
-      if (ENVIRON["HK_KIND"] == "swap") return $3 == "swap" && $1 == ENVIRON["HK_KEY"]
-      return $3 != "swap" && $2 == ENVIRON["HK_KEY"]
-    }
-    $1 !~ /^#/ && NF >= 3 && ours() { if (!put && ENVIRON["HK_LINE"] != "") print ENVIRON["HK_LINE"]; put = 1; next }
-    { print }
-    END { if (!put && ENVIRON["HK_LINE"] != "") print ENVIRON["HK_LINE"] }
-  ' "$hk_fstab_file" > "$hk_fstab_file.vllm-hostkit.tmp"
-  chmod 644 "$hk_fstab_file.vllm-hostkit.tmp"
-  mv -f -- "$hk_fstab_file.vllm-hostkit.tmp" "$hk_fstab_file"
-  hk_fstab_changed=1
-}
-hk_reload_if_fstab_changed() {
-  if [ -n "$hk_fstab_changed" ] && [ -d /run/systemd/system ]; then systemctl daemon-reload; fi
-}
-# hk_label FILE PATH: under SELinux, FILE gets the swap file type now (chcon), and PATH (the
-# file's final name) a file-context rule so that a relabel keeps it, where semanage exists.
-hk_label() {
-  [ -e "$hk_selinux_enforce" ] || return 0
-  if command -v semanage >/dev/null 2>&1; then
-    hk_re=$(printf '%s' "$2" | sed 's/[].[\\*^$()+?{}|]/\\&/g')
-    timeout 120 semanage fcontext -a -t swapfile_t "$hk_re" 2>/dev/null \
-      || timeout 120 semanage fcontext -m -t swapfile_t "$hk_re" \
-      || hk_fail "semanage fcontext -t swapfile_t $2 failed or timed out"
-  fi
-  chcon -t swapfile_t "$1"
-}
-# hk_create PATH SIZE_BYTES PRIORITY dd|nocow: a new active swap file, or a failure that
-# leaves no file behind.
-hk_create() {
-  ! hk_active "$1" || hk_fail "$1 is an active swap area; not overwriting it"
-  hk_dir=$(dirname -- "$1")
-  mkdir -p -- "$hk_dir"
-  hk_df=$(df -P -B1 -- "$hk_dir" | awk 'NR == 2 { print $2 " " $4 }')
-  hk_fs_size=${hk_df% *}; hk_fs_avail=${hk_df#* }
-  hk_reserve=$(( hk_fs_size / 50 )); [ "$hk_reserve" -ge 268435456 ] || hk_reserve=268435456
-  [ $(( $2 + hk_reserve )) -le "$hk_fs_avail" ] || hk_fail "not enough free space in $hk_dir for $1:" \
-    "need $(( $2 / 1048576 )) MiB plus a $(( hk_reserve / 1048576 )) MiB reserve," \
-    "$(( hk_fs_avail / 1048576 )) MiB available"
-  hk_partial=$1
-  rm -f -- "$1"
-  (umask 077 && : > "$1")
-  chown root:root "$1"
-  chmod 600 "$1"
-  hk_label "$1" "${1%.new}"
-  if [ "$4" = nocow ]; then chattr +C "$1"; fi
-  # O_DIRECT: gigabytes of zeros must not push the page cache (or vLLM) out of RAM.
-  dd if=/dev/zero of="$1" bs=1M count="$2" iflag=count_bytes oflag=direct conv=fsync status=none
-  mkswap "$1" > /dev/null
-  swapon -p "$3" "$1"
-  hk_active "$1" || hk_fail "swapon $1 returned success but /proc/swaps does not list it (see dmesg)"
-}
-"""
+SHELL_LIB = host_file("swap_lib.sh")
 
 
 class SwapRefused(Exception):
@@ -224,47 +127,6 @@ def swap_state(plan: SwapPlan, storage: StorageInfo) -> SwapState:
         fstab_ok=fstab_ok,
         strays=tuple(p for p in storage.hostkit_swap_paths() if not plan.enabled or p != path),
     )
-
-
-def swap_problems(plan: SwapPlan, storage: StorageInfo) -> list[str]:
-    """How the host's swap differs from the plan, worded for people; [] when it matches.
-
-    Pure: the verification checks run the storage fact's command, parse it with
-    `StorageFact().process(lines)` and judge the result with this.
-    """
-    state = swap_state(plan, storage)
-    problems = []
-    if plan.enabled:
-        file = state.file
-        if file is None:
-            problems.append(f"{plan.path} does not exist")
-        elif not file.is_regular:
-            problems.append(f"{plan.path} is a {file.kind}, not a regular file")
-        else:
-            if file.size_bytes != plan.size_bytes:
-                problems.append(f"{plan.path} is {file.size_bytes} bytes, planned {plan.size_bytes}")
-            if file.mode != SWAP_FILE_MODE:
-                problems.append(f"{plan.path} has mode {file.mode:04o}, not 0600")
-            if (file.uid, file.gid) != (0, 0):
-                problems.append(f"{plan.path} is owned by {file.uid}:{file.gid}, not root:root")
-            if file.selinux_type not in (None, SWAP_FILE_SELINUX_TYPE):
-                problems.append(f"{plan.path} has the SELinux type {file.selinux_type}, not {SWAP_FILE_SELINUX_TYPE}")
-        if state.active_priority is None:
-            problems.append(f"{plan.path} is not an active swap area")
-        elif state.active_priority != plan.priority:
-            problems.append(f"{plan.path} is active at priority {state.active_priority}, planned {plan.priority}")
-        if not state.fstab_ok:
-            problems.append(f"/etc/fstab lacks exactly one entry `{swap_fstab_line(plan)}` (nofail, pri={plan.priority})")
-    for stray in state.strays:
-        where = []
-        if storage.swap_area(stray):
-            where.append("active")
-        if storage.fstab_swap_entries(stray):
-            where.append("in /etc/fstab")
-        if stray in storage.files:
-            where.append("on disk")
-        problems.append(f"{stray} is a hostkit swap file the plan does not want ({', '.join(where)})")
-    return problems
 
 
 def fill_method(storage: StorageInfo, directory: str) -> str:
@@ -443,12 +305,6 @@ def script(steps: list[str]) -> str:
 # -- operations ----------------------------------------------------------------------------
 
 
-def refuse_host(state: State, host: Host, message: str) -> bool:
-    """Log why this host is refused; returning False fails this host only."""
-    host.log_styled(f"swap: {message}", fg="red", log_func=logger.error)
-    return False
-
-
 def _profile_value(profile: Any, name: str) -> Any:
     return getattr(profile, name, None) if profile is not None else None
 
@@ -469,7 +325,7 @@ def prepare_nvme(plan: NvmePlan, profile: Any = None):
     try:
         steps = nvme_steps(plan, storage)
     except SwapRefused as refusal:
-        yield FunctionCommand(refuse_host, (str(refusal),), {})
+        yield FunctionCommand(callbacks.fail_host, ([f"swap: {refusal}"],), {})
         return
     if steps:
         mark_changed(host, "storage")
@@ -494,7 +350,7 @@ def swap_file(plan: SwapPlan, profile: Any = None):
     try:
         steps = swap_steps(plan, storage, nvme_mount=nvme_mount)
     except SwapRefused as refusal:
-        yield FunctionCommand(refuse_host, (str(refusal),), {})
+        yield FunctionCommand(callbacks.fail_host, ([f"swap: {refusal}"],), {})
         return
     if steps:
         mark_changed(host, "storage", "system")  # system holds SwapTotal and SwapFree

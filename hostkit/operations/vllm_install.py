@@ -28,11 +28,12 @@ from typing import Any
 from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, Host, State, StringCommand, operation
 
+from hostkit.data import host_file
 from hostkit.facts.snapshot import mark_changed, snapshot
 from hostkit.facts.vllm_release import READ_S, VllmReleaseFact, VllmReleaseState
 from hostkit.gather import driver_version
-from hostkit.operations.gpu import host_refused
-from hostkit.operations.vllm_service import _connector_arguments, check_flags, wait_for_vllm
+from hostkit.operations.callbacks import current_connector_arguments, fail_host
+from hostkit.operations.vllm_service import check_flags, wait_for_vllm
 from hostkit.plans import VLLM_UNIT, VllmPlan
 from hostkit.vllm_runtime import (
     PIP_TIMEOUT_S,
@@ -86,15 +87,11 @@ def runtime_step(profile: Any, state: VllmReleaseState, driver: str | None) -> R
 # -- remote commands ------------------------------------------------------------------------
 
 
-def _host_file(name: str) -> str:
-    return resources.files("hostkit").joinpath(f"data/host/{name}").read_text()
-
-
 def host_script(name: str, settings: dict[str, str], args: list[str] = ()) -> str:
     """hostkit/data/host/NAME with `settings` as shell variables and `args` as "$@"."""
     lines = [f"{key}={shlex.quote(value)}" for key, value in settings.items()]
     lines.append(f"set -- {shlex.join(args)}" if args else "set --")
-    return "\n".join((*lines, _host_file(name)))
+    return "\n".join((*lines, host_file(name)))
 
 
 def install_command(target: InstallTarget) -> str:
@@ -129,7 +126,7 @@ def rollback_command(root: str, previous: str, failed: str) -> str:
 
 
 def release_probe_command(target: InstallTarget) -> str:
-    probe = _host_file("vllm_release.py")
+    probe = host_file("vllm_release.py")
     return (f"timeout -k 5 {READ_S} {shlex.quote(target.venv)}/bin/python -c {shlex.quote(probe)}"
             f" {shlex.quote(target.package)}")
 
@@ -220,11 +217,11 @@ def vllm_runtime(plan: VllmPlan, profile: Any):
     if not step:
         return
     if step.refusals:
-        yield FunctionCommand(host_refused, ([f"vLLM runtime: {problem}" for problem in step.refusals],), {})
+        yield FunctionCommand(fail_host, ([f"vLLM runtime: {problem}" for problem in step.refusals],), {})
         return
     mark_changed(host, "vllm", "vllm_release")
     target = InstallTarget.from_profile(profile)
-    connector_arguments = _connector_arguments(host)
+    connector_arguments = current_connector_arguments(host)
     if step.install:
         host.log_styled(f"vLLM runtime: installing {target.requirement} into {target.venv} from {target.source()}",
                         fg="cyan")

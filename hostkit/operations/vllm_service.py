@@ -44,7 +44,6 @@ from pyinfra.api import (
     StringCommand,
     operation,
 )
-from pyinfra.api.arguments import CONNECTOR_ARGUMENT_KEYS
 from pyinfra.api.exceptions import OperationValueError
 
 from hostkit.facts.snapshot import mark_changed, snapshot
@@ -54,6 +53,7 @@ from hostkit.facts.vllm_service import (
     VllmServiceFact,
     VllmServiceState,
 )
+from hostkit.operations.callbacks import current_connector_arguments
 from hostkit.plans import VLLM_ENV_FILE, VLLM_UNIT, VllmPlan
 from hostkit.readiness import Observation, wait_until_ready
 from hostkit.unit_changes import UnitChange, unit_change
@@ -264,12 +264,6 @@ def parse_check_command(plan: VllmPlan) -> str:
     ))
 
 
-def _connector_arguments(op_host: Host) -> dict[str, Any]:
-    """The operation's _sudo etc., for commands that callbacks run themselves."""
-    arguments = op_host.current_op_global_arguments or {}
-    return {key: arguments[key] for key in CONNECTOR_ARGUMENT_KEYS if key in arguments}
-
-
 def _log_lines(op_host: Host, lines: list[str]) -> None:
     for line in lines:
         op_host.log_styled(f"  {line}", fg="red", log_func=logger.error)
@@ -398,7 +392,7 @@ def vllm_service(plan: VllmPlan, profile: Any = None):
     elif changes.live_limits:
         host.log_styled(f"{VLLM_UNIT}: {' '.join(changes.live_limits)} applied to the running unit, no restart",
                         fg="cyan")
-    connector_arguments = _connector_arguments(host)
+    connector_arguments = current_connector_arguments(host)
 
     # Each remote command is a round trip: the steps on either side of the checks run as one
     # script each (set -e: the first failing step fails the operation).
@@ -462,4 +456,4 @@ def vllm_ready(plan: VllmPlan, profile: Any = None, on_not_ready: Callable | Non
     current = _current(plan, profile)
     if not service_changes(current, unit_text, env_text) and observe(plan, current).ready:
         return
-    yield FunctionCommand(wait_for_vllm, (plan, _connector_arguments(host), on_not_ready), {})
+    yield FunctionCommand(wait_for_vllm, (plan, current_connector_arguments(host), on_not_ready), {})

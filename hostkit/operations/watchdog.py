@@ -23,7 +23,8 @@ from pyinfra.api import FactBase, FileUploadCommand, FunctionCommand, StringComm
 
 from hostkit import templates
 from hostkit.operations import lock
-from hostkit.operations.vllm_service import _connector_arguments, _log_lines, _script, text_sha256, verify_problems
+from hostkit.operations.callbacks import current_connector_arguments
+from hostkit.operations.vllm_service import _log_lines, _script, text_sha256, verify_problems
 from hostkit.plans import VLLM_UNIT, VllmPlan
 from hostkit.readiness import probe_address
 from hostkit.systemd_directives import fit_unit
@@ -154,7 +155,7 @@ def vllm_watchdog(plan: WatchdogPlan):
     if install_unit:
         yield _script([f"install -d -m 0755 {VERIFY_DIR}"])
         yield FileUploadCommand(StringIO(plan.unit_text), WATCHDOG_VERIFY_PATH)
-        yield FunctionCommand(_check_unit, (_connector_arguments(host),), {})
+        yield FunctionCommand(_check_unit, (current_connector_arguments(host),), {})
         staged = f"/etc/systemd/system/.{WATCHDOG_UNIT}.new"
         steps.append(f"install -m 0644 -o root -g root {WATCHDOG_VERIFY_PATH} {staged}"
                      f" && mv -f {staged} {WATCHDOG_UNIT_PATH}")

@@ -66,8 +66,8 @@ def redeploy(host: str) -> str:
 
 
 def swap_checks(plan: SwapPlan, storage: StorageInfo, host: str, swap_dir: str = "auto") -> list[CheckResult]:
-    """hostkit.operations.swap.swap_problems judges the same state as sentences; these are
-    its rules (through swap_state) as named checks, plus the active size and the NVMe.
+    """The swap file's state (swap_state, which the swap operation acts on) as named checks,
+    plus the active size and the NVMe.
 
     `swap_dir` is the profile's: a directory named there need not be on NVMe."""
     state = swap_state(plan, storage)

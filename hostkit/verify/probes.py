@@ -21,6 +21,8 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass, field
 
+from hostkit.data import host_file
+from hostkit.facts.parts import parse_int
 from hostkit.operations.watchdog import WatchdogFact, WatchdogState
 from hostkit.plans import VLLM_UNIT, VllmPlan
 from hostkit.readiness import Probe
@@ -97,54 +99,26 @@ case $hk_log in *lines=0|"") hk_source=none ;; esac
 echo "source=$hk_source"; printf '%s\\n' "$hk_log"
 """
 
-_SHELL_HELPERS = """hk_unit=%(unit)s
-hk_prop() { systemctl show "$hk_unit" -p "$1" 2>/dev/null | sed -n "s/^$1=//p"; }"""
-
 # hostkit.readiness's probe prints one JSON line; json.dumps spells a ready /health this way.
 _READY = '"health": 200'
-
-_READINESS = """%(mark_readiness)s
-hk_start=$(date +%%s); hk_attempts=0
-while :; do
-  hk_attempts=$((hk_attempts + 1))
-  hk_probe=$( %(probe)s 2>/dev/null )
-  case $hk_probe in *%(ready)s*) hk_end=ready; break ;; esac
-  hk_state=$(hk_prop ActiveState)
-  case $hk_state in activating|active|reloading) ;; *) hk_end="unit ${hk_state:-unknown}"; break ;; esac
-  [ $(( $(date +%%s) - hk_start )) -ge %(wait)d ] && { hk_end=timeout; break; }
-  sleep %(interval)d
-done
-echo "outcome $hk_end"; echo "attempts $hk_attempts"; echo "waited $(( $(date +%%s) - hk_start ))"
-echo "probe $hk_probe"
-%(mark_unit)s
-hk_show=$(systemctl show "$hk_unit" %(properties)s 2>/dev/null); printf '%%s\\n' "$hk_show"
-%(mark_process)s
-hk_pid=$(printf '%%s\\n' "$hk_show" | sed -n 's/^MainPID=//p')
-if [ "${hk_pid:-0}" != 0 ] && [ -r "/proc/$hk_pid/cmdline" ]; then
-  echo "pid $hk_pid"
-  awk '/^Uid:/ { print "uid " $3 }' "/proc/$hk_pid/status"
-  echo "user $(stat -c %%U "/proc/$hk_pid")"
-  hk_key=$(tr '\\0' '\\n' 2>/dev/null < "/proc/$hk_pid/environ" | sed -n 's/^VLLM_API_KEY=//p' | head -n 1)
-  if [ -n "$hk_key" ]; then echo "api_key_sha256 $(printf %%s "$hk_key" | sha256sum | cut -d' ' -f1)"; fi
-  tr '\\0' '\\n' < "/proc/$hk_pid/cmdline" | sed 's/^/arg /'
-fi"""
 
 
 def probe_command(plan: VllmPlan, ready_timeout_s: int | None = None) -> str:
     """The probe script for a host with this vLLM plan; `ready_timeout_s` overrides the plan's wait."""
     parts = [_OOM]
     if plan.enabled:
-        parts.append(_SHELL_HELPERS % {"unit": shlex.quote(VLLM_UNIT)})
-        parts.append(_READINESS % {
-            "mark_readiness": _mark("readiness"),
-            "mark_unit": _mark("unit"),
-            "mark_process": _mark("process"),
-            "probe": readiness_probe_command(plan.host, plan.port),
-            "ready": shlex.quote(_READY),
-            "wait": plan.ready_timeout_s if ready_timeout_s is None else ready_timeout_s,
-            "interval": POLL_INTERVAL_S,
-            "properties": " ".join(f"-p {name}" for name in UNIT_PROPERTIES),
-        })
+        settings = {
+            "hk_unit": VLLM_UNIT,
+            "hk_mark": MARKER,
+            "hk_ready": _READY,
+            "hk_interval": str(POLL_INTERVAL_S),
+            "hk_properties": " ".join(f"-p {name}" for name in UNIT_PROPERTIES),
+        }
+        parts += [f"{name}={shlex.quote(value)}" for name, value in settings.items()]
+        wait = plan.ready_timeout_s if ready_timeout_s is None else ready_timeout_s
+        parts += [f"hk_ready_probe() {{ {readiness_probe_command(plan.host, plan.port)}; }}",
+                  f"hk_waited_out() {{ [ $(( $(date +%s) - hk_start )) -ge {wait} ]; }}",
+                  host_file("verify_readiness.sh")]
         parts += [_mark("watchdog"), WatchdogFact().command()]
     parts.append("true")
     return "\n".join(parts)
@@ -161,11 +135,6 @@ def split_parts(output: list[str]) -> dict[str, list[str]]:
     return parts
 
 
-def _int(text: str, default: int = 0) -> int:
-    text = text.strip()
-    return int(text) if text.lstrip("-").isdigit() else default
-
-
 def _parse_ooms(lines: list[str]) -> KernelLogOoms:
     source: str | None = None
     kills: list[str] = []
@@ -177,7 +146,7 @@ def _parse_ooms(lines: list[str]) -> KernelLogOoms:
         elif line.startswith("kill "):
             kills.append(line[len("kill "):])
         elif line.startswith("total="):
-            total = _int(line[len("total="):])
+            total = parse_int(line[len("total="):], 0, signed=True)
     return KernelLogOoms(source, tuple(kills), total)
 
 
@@ -189,8 +158,8 @@ def _parse_readiness(lines: list[str]) -> Readiness:
     return Readiness(
         probe=Probe.parse(values["probe"]) if values.get("probe") else None,
         outcome=values.get("outcome", "unknown"),
-        attempts=_int(values.get("attempts", "0")),
-        waited_s=_int(values.get("waited", "0")),
+        attempts=parse_int(values.get("attempts", "0"), 0, signed=True),
+        waited_s=parse_int(values.get("waited", "0"), 0, signed=True),
     )
 
 
@@ -218,7 +187,7 @@ def _parse_process(lines: list[str]) -> VllmProcess | None:
         return None
     uid = values.get("uid", "")
     return VllmProcess(
-        pid=_int(values["pid"]),
+        pid=parse_int(values["pid"], 0, signed=True),
         argv=tuple(argv),
         uid=int(uid) if uid.isdigit() else None,
         user=values.get("user", ""),

@@ -23,6 +23,7 @@ import subprocess
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -31,7 +32,6 @@ import paramiko
 
 from hostkit.profile import HostProfile, ProfileError, validate_inventory
 
-CONNECTIONS = ("paramiko", "ssh")
 CONNECT_TIMEOUT_S = 30
 
 
@@ -145,18 +145,7 @@ def load_targets(inventory: str, limit: Sequence[str] | None = None) -> list[Tar
     return targets_from_hosts(hosts)
 
 
-_LOADER = """
-import pickle, sys
-from hostkit.profile import load_inventory
-limit = sys.argv[2:] or None
-try:
-    hosts = load_inventory(sys.argv[1], limit=limit)
-except FileNotFoundError as error:
-    sys.stderr.write(str(error)); sys.exit(3)
-except Exception as error:
-    sys.stderr.write(f"cannot load inventory {sys.argv[1]}: {type(error).__name__}: {error}"); sys.exit(3)
-sys.stdout.buffer.write(pickle.dumps(hosts))
-"""
+_LOADER = resources.files("hostkit").joinpath("data/inventory_loader.py").read_text()
 
 
 def load_targets_isolated(inventory: str, limit: Sequence[str] | None = None) -> list[Target]:

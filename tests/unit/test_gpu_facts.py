@@ -63,7 +63,7 @@ def test_h200_section_agrees_with_nvidia_smi_q():
 def test_device_run_section_parses():
     facts = parse_gpu_output((FIXTURES / "device-run" / "gpu-section.txt").read_text().splitlines())
     assert facts.driver_present and facts.nvidia_smi_error is None
-    assert facts.gpu_count == 1 and facts.total_memory_mib == 143771
+    assert facts.gpu_count == 1 and [gpu.memory_total_mib for gpu in facts.gpus] == [143771]
     assert facts.module_version == facts.nvml_version == "580.159.04"
     assert facts.modules == ("nvidia_uvm", "nvidia")
     assert set(facts.device_nodes) == {
@@ -106,7 +106,7 @@ def test_eight_gpus():
     facts = section("8gpu.txt")
     assert [gpu.index for gpu in facts.gpus] == list(range(8))
     assert len({gpu.bus_id for gpu in facts.gpus}) == 8
-    assert facts.total_memory_mib == 8 * 143771 and facts.min_memory_mib == 143771
+    assert [gpu.memory_total_mib for gpu in facts.gpus] == [143771] * 8
 
 
 def test_missing_nvidia_uvm():
@@ -147,7 +147,6 @@ def test_unreadable_kernel_log_is_unknown_not_clean():
 
 def test_fabric_manager_on_nvswitch_hosts():
     facts = section("nvswitch-fm-stale.txt")
-    assert facts.has_nvswitch
     assert facts.fabricmanager.running and facts.fabricmanager.version == "570.133.20"
     assert section("h200.txt").fabricmanager is None
 

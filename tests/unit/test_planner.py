@@ -73,7 +73,7 @@ def test_kv_heads_split_across_tensor_parallel_ranks_but_never_below_one():
 
 
 def test_qwen_7b_weights_are_14_2_gib_in_bf16():
-    assert format_size(model_catalog.lookup(QWEN7).weight_bytes(2)) == "14.2G"
+    assert format_size(model_catalog.lookup(QWEN7).weight_bytes_per_gpu(1, 2, 2)) == "14.2G"
 
 
 def test_lookup_is_case_insensitive_and_knows_aliases():

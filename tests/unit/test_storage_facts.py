@@ -22,7 +22,6 @@ from hostkit.facts.storage import (
     _SHELL_HELPERS,
     StorageFact,
     decode_octal,
-    encode_octal,
     parse_df,
     parse_files,
     parse_fstab,
@@ -31,6 +30,7 @@ from hostkit.facts.storage import (
 )
 from hostkit.operations import swap
 from hostkit.plans import NvmePlan, SwapPlan
+from hostkit.verify.checks import swap_checks
 
 FIXTURES = Path(__file__).parent / "fixtures" / "storage"
 PATH = "/mnt/nvme/vllm-hostkit.swap"
@@ -51,7 +51,7 @@ def test_blank_nvme_host():
     nvme = storage.block_device("/dev/nvme0n1")
     assert nvme.on_nvme and nvme.tran == "nvme" and nvme.size_bytes == 8 * 2**30 and nvme.mountpoints == ()
     assert not storage.block_device("/dev/vda").on_nvme
-    assert storage.nvme_filesystems() == []
+    assert [fs for fs in storage.filesystems if fs.on_nvme] == []
     device = storage.devices["/dev/nvme0n1"]
     assert device.present and device.probed and device.blank and device.signatures == ()
     assert storage.dirs["/mnt/nvme"].existing == "/mnt" and not storage.dirs["/mnt/nvme"].exists
@@ -69,7 +69,7 @@ def test_blank_nvme_host_gets_formatted_and_no_swap_until_mounted():
 
 def test_mounted_nvme_host():
     storage = load("debian12-nvme-mounted.txt")
-    [fs] = storage.nvme_filesystems()
+    [fs] = [fs for fs in storage.filesystems if fs.on_nvme]
     assert (fs.mountpoint, fs.source, fs.fstype, fs.on_nvme) == ("/mnt/nvme", "/dev/nvme0n1", "ext4", True)
     assert fs.avail_bytes > 7 * 10**9
     assert storage.devices["/dev/nvme0n1"].signatures == ("ext4",)
@@ -94,7 +94,7 @@ def test_converged_host():
     assert storage.hostkit_swap_paths() == [PATH]
     plan = SwapPlan(enabled=True, path=PATH, size_bytes=2**30)
     assert swap.swap_steps(plan, storage, nvme_mount="/mnt/nvme") == []
-    assert swap.swap_problems(plan, storage) == []
+    assert [check.name for check in swap_checks(plan, storage, "lab") if not check.ok] == []
     assert swap.nvme_steps(NvmePlan(device="/dev/nvme0n1", mount="/mnt/nvme"), storage) == []
 
 
@@ -110,9 +110,8 @@ def test_proc_swaps_with_escaped_names_and_partitions():
     ]
 
 
-def test_octal_escapes_round_trip():
-    assert decode_octal("/a\\040b\\011c") == "/a b\tc"
-    assert encode_octal("/a b\tc") == "/a\\040b\\011c"
+def test_octal_escapes_are_decoded():
+    assert decode_octal("/a\\040b\\011c\\134d\\012") == "/a b\tc\\d\n"
 
 
 def test_lsblk_partitions_and_lvm_on_nvme_inherit_nvme_and_old_mountpoint_column():

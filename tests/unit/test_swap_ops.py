@@ -32,6 +32,7 @@ from hostkit.facts.storage import (
 )
 from hostkit.operations import swap
 from hostkit.plans import NvmePlan, SwapPlan
+from hostkit.verify.checks import swap_checks
 
 GIB = 2**30
 MIB = 2**20
@@ -137,6 +138,11 @@ def only_script(op, storage, plan, profile=Profile) -> str:
     return command[len(swap.SHELL_LIB):]
 
 
+def failed_checks(plan: SwapPlan, storage: StorageInfo) -> dict[str, str]:
+    """What `hostkit verify` reports for this storage: the failed swap checks, by name."""
+    return {check.name: check.message() for check in swap_checks(plan, storage, "gpu-01") if not check.ok}
+
+
 def positions(text: str, *needles: str) -> list[int]:
     found = [text.index(needle) for needle in needles]
     assert found == sorted(found), f"out of order: {needles}"
@@ -148,7 +154,7 @@ def positions(text: str, *needles: str) -> list[int]:
 
 def test_converged_host_yields_nothing():
     assert run_op(swap.swap_file, converged(), PLAN) == []
-    assert swap.swap_problems(PLAN, converged()) == []
+    assert failed_checks(PLAN, converged()) == {}
 
 
 def test_create_on_ext4_fills_with_dd_then_writes_fstab_after_swapon():
@@ -233,7 +239,9 @@ def test_wrong_mode_is_fixed_in_place():
 def test_a_swap_file_without_the_selinux_swap_type_is_relabelled_in_place():
     storage = changed(converged(), files={PATH: swap_file_stat(selinux_type="unlabeled_t")})
     assert only_script(swap.swap_file, storage, PLAN) == f"hk_label {PATH} {PATH}\n"
-    assert swap.swap_problems(PLAN, storage) == [f"{PATH} has the SELinux type unlabeled_t, not swapfile_t"]
+    [(name, failure)] = failed_checks(PLAN, storage).items()
+    assert name == "swap file SELinux label"
+    assert "expected type swapfile_t" in failure and "actual type unlabeled_t" in failure
     labelled = changed(converged(), files={PATH: swap_file_stat(selinux_type="swapfile_t")})
     assert run_op(swap.swap_file, labelled, PLAN) == []
 
@@ -315,26 +323,25 @@ def test_a_change_at_execute_time_invalidates_the_snapshot():
     assert fake._hostkit_snapshot.stale == {"storage", "system"}
 
 
-def test_swap_problems_names_each_drift():
+def test_verify_names_each_swap_drift():
     storage = changed(
         converged(),
         swaps=(SwapArea(PATH, "file", GIB, 0, 3), SwapArea("/data/vllm-hostkit.swap", "file", GIB, 0, 10)),
         files={PATH: swap_file_stat(size=GIB, mode=0o644)},
         fstab=(),
     )
-    problems = "\n".join(swap.swap_problems(PLAN, storage))
-    assert f"{PATH} is {GIB} bytes, planned {2 * GIB}" in problems
-    assert "mode 0644, not 0600" in problems
-    assert "active at priority 3, planned 10" in problems
-    assert "/etc/fstab lacks exactly one entry" in problems
-    assert "/data/vllm-hostkit.swap is a hostkit swap file the plan does not want (active)" in problems
-    assert swap.swap_problems(PLAN, nvme_storage()) == [
-        f"{PATH} does not exist", f"{PATH} is not an active swap area",
-        f"/etc/fstab lacks exactly one entry `{PATH} none swap nofail,pri=10 0 0` (nofail, pri=10)",
-    ]
-    assert swap.swap_problems(SwapPlan(enabled=False), converged()) == [
-        f"{PATH} is a hostkit swap file the plan does not want (active, in /etc/fstab, on disk)"
-    ]
+    failures = failed_checks(PLAN, storage)
+    assert set(failures) == {"swap active", "swap size", "swap file", "swap in fstab", "no stray hostkit swap"}
+    assert f"actual {PATH} (1G, priority 3)" in failures["swap active"]
+    assert "actual 1G (1073741824 bytes)" in failures["swap size"]
+    assert f"actual regular file, {GIB} bytes, mode 644, owner 0:0" in failures["swap file"]
+    assert "actual no swap entry for it" in failures["swap in fstab"]
+    assert "actual /data/vllm-hostkit.swap;" in failures["no stray hostkit swap"]
+    failures = failed_checks(PLAN, nvme_storage())
+    assert set(failures) == {"swap active", "swap file", "swap in fstab"}
+    assert "actual no swap at all" in failures["swap active"] and "actual file missing" in failures["swap file"]
+    assert f"`{PATH} none swap nofail,pri=10 0 0`" in failures["swap in fstab"]
+    assert f"actual {PATH};" in failed_checks(SwapPlan(enabled=False), converged())["no stray hostkit swap"]
 
 
 # -- prepare_nvme ----------------------------------------------------------------------------

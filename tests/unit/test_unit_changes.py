@@ -53,4 +53,4 @@ def test_a_memory_key_outside_service_is_not_live():
 
 
 def test_nothing_installed_restarts():
-    assert unit_change(None, UNIT).needs_restart
+    assert unit_change(None, UNIT).restart_directives == ("the unit file",)

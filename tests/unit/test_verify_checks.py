@@ -12,7 +12,7 @@ from hostkit.facts.kernel import ThpSetting
 from hostkit.facts.snapshot import HostSnapshot, HostSnapshotFact
 from hostkit.gather import planning_facts
 from hostkit.operations.kernel import kernel_mismatches
-from hostkit.operations.swap import swap_problems
+from hostkit.operations.swap import swap_steps
 from hostkit.operations.vllm_service import service_changes
 from hostkit.planner import plan_host
 from hostkit.profile import profile_from_data
@@ -70,7 +70,7 @@ def test_a_host_broken_in_five_ways_fails_exactly_those_checks():
 
 def test_the_area_engineers_own_judges_agree_on_the_converged_host():
     _, plan, snapshot, _ = converged()
-    assert swap_problems(plan.swap, snapshot.storage) == []
+    assert swap_steps(plan.swap, snapshot.storage) == []
     assert kernel_mismatches(snapshot.kernel, plan.kernel, snapshot.system.kernel_cmdline) == []
     assert not service_changes(snapshot.vllm, render_unit(plan.vllm), render_env(plan.vllm))
 
@@ -82,7 +82,7 @@ def test_swapoff_fails_swap_active_with_the_path_and_a_fix():
     assert list(failures) == ["swap active"]
     assert f"expected {SWAP} in /proc/swaps at priority 10; actual no swap at all" in failures["swap active"]
     assert "fix: swapon -p 10" in failures["swap active"]
-    assert swap_problems(plan.swap, broken.storage)
+    assert f"swapon -p 10 {SWAP}" in swap_steps(plan.swap, broken.storage)
 
 
 def test_a_swap_file_with_the_wrong_mode_and_no_nofail_fails():

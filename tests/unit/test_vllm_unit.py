@@ -609,7 +609,7 @@ def test_fact_parses_its_output():
     assert state.user_uid == 999
     assert state.env_stat == FileStat("600", "root", "root")
     assert state.is_active and state.is_enabled and not state.need_daemon_reload
-    assert (state.main_pid, state.n_restarts, state.active_enter_monotonic) == (1234, 2, 98765432)
+    assert (state.main_pid, state.n_restarts, state.unit["ActiveEnterTimestampMonotonic"]) == (1234, 2, "98765432")
     assert (state.memory_limit_bytes, state.memory_peak_bytes, state.oom_kills) == (6 * 2**30, 123456, 1)
     assert state.probe.serves("qwen-small")
 
