@@ -734,3 +734,10 @@ def load_inventory(
                 selected.update(host for host in hosts if fnmatch(host.name, pattern))
         hosts = [host for host in hosts if host in selected]
     return [(host.name, host.data.dict()) for host in hosts]
+
+
+def value_or_default(profile: Any, name: str) -> Any:
+    """`profile.<name>`, or the key's declared default where it is unset or no profile is at hand
+    (facts read for a host with no inventory data; operation tests with a partial profile)."""
+    value = getattr(profile, name, None) if profile is not None else None
+    return HostProfile.model_fields[name].default if value is None else value

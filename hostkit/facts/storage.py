@@ -19,6 +19,7 @@ from pyinfra.api import FactBase
 from hostkit.data import host_file
 from hostkit.facts.parts import split_on_marker, to_int
 from hostkit.plans import SWAP_FILE_NAME
+from hostkit.profile import value_or_default
 
 PART_MARKER = "%%hostkit-storage:"
 # The lsblk part's name when only the util-linux < 2.33 columns worked (no PATH).
@@ -27,7 +28,6 @@ TEMP_SUFFIX = ".new"  # make-before-break resize builds `<path>.new` first
 # Under SELinux, swapon at boot (systemd, init_t) may only use a file of this type; the
 # file's default type (e.g. unlabeled_t, default_t) is denied, and fstab's nofail hides it.
 SWAP_FILE_SELINUX_TYPE = "swapfile_t"
-DEFAULT_NVME_MOUNT = "/mnt/nvme"
 # Filesystems that can hold a hostkit swap file: the command looks for one on each.
 SWAP_CAPABLE_FSTYPES = ("ext2", "ext3", "ext4", "xfs", "btrfs")
 
@@ -196,7 +196,7 @@ class StorageInfo:
         info = self.dirs.get(directory)
         if info is not None:
             return self.filesystem_at(info.mountpoint)
-        candidates = [f for f in self.filesystems if _is_under(directory, f.mountpoint)]
+        candidates = [f for f in self.filesystems if is_under(directory, f.mountpoint)]
         return max(candidates, key=lambda f: len(f.mountpoint), default=None)
 
     def mount_for(self, directory: str) -> Mount | None:
@@ -205,7 +205,7 @@ class StorageInfo:
         info = self.dirs.get(directory)
         if info is not None:
             return next((m for m in reversed(self.mounts) if m.mountpoint == info.mountpoint), None)
-        candidates = [m for m in self.mounts if _is_under(directory, m.mountpoint)]
+        candidates = [m for m in self.mounts if is_under(directory, m.mountpoint)]
         longest = max((len(m.mountpoint) for m in candidates), default=-1)
         return next((m for m in reversed(candidates) if len(m.mountpoint) == longest), None)
 
@@ -252,15 +252,9 @@ class StorageInfo:
 _STATFS_NAMES = {"ext2/ext3": "ext4", "overlayfs": "overlay", "nfs": "nfs"}
 
 
-def _is_under(path: str, directory: str) -> bool:
+def is_under(path: str, directory: str) -> bool:
+    """`path` is `directory` or inside it (by name: no links resolved)."""
     return directory == "/" or path == directory or path.startswith(directory.rstrip("/") + "/")
-
-
-def _profile_value(profile: Any, name: str, default: Any) -> Any:
-    if profile is None:
-        return default
-    value = getattr(profile, name, default)
-    return default if value is None else value
 
 
 # Shell builtins where they do the job: on a slow host each process costs a noticeable
@@ -277,9 +271,9 @@ class StorageFact(FactBase):
     takes_profile = True
 
     def command(self, profile: Any = None) -> str:
-        swap_dir = _profile_value(profile, "swap_dir", "auto")
-        nvme_mount = _profile_value(profile, "nvme_mount", DEFAULT_NVME_MOUNT)
-        nvme_device = _profile_value(profile, "nvme_device", None)
+        swap_dir = value_or_default(profile, "swap_dir")
+        nvme_mount = value_or_default(profile, "nvme_mount")
+        nvme_device = value_or_default(profile, "nvme_device")
         explicit_dirs = [d for d in (swap_dir, nvme_mount) if isinstance(d, str) and d.startswith("/")]
         dirs_words = " ".join(shlex.quote(posixpath.normpath(d)) for d in explicit_dirs)
         device_words = shlex.quote(nvme_device) if nvme_device else ""

@@ -45,9 +45,10 @@ from pyinfra.api.exceptions import OperationValueError
 
 from hostkit.data import host_file
 from hostkit.facts.snapshot import mark_changed, snapshot
-from hostkit.facts.storage import SWAP_FILE_SELINUX_TYPE, TEMP_SUFFIX, FileStat, StorageInfo
+from hostkit.facts.storage import SWAP_FILE_SELINUX_TYPE, TEMP_SUFFIX, FileStat, StorageInfo, is_under
 from hostkit.operations import callbacks
 from hostkit.plans import SWAP_FILE_NAME, NvmePlan, SwapPlan
+from hostkit.profile import value_or_default
 from hostkit.swap_filesystems import FILL_METHODS, swap_file_refusal
 
 SWAP_FILE_MODE = 0o600
@@ -186,7 +187,7 @@ def _planned_file_steps(plan: SwapPlan, storage: StorageInfo, state: SwapState, 
     fstab_step = [] if state.fstab_ok else [f"hk_fstab_put swap {_q(path)} {_q(swap_fstab_line(plan))}"]
     if file is not None and not file.is_regular:
         raise SwapRefused(f"{path} is a {file.kind}, not a regular file; remove it or choose another swap_dir")
-    if nvme_mount and _is_under(directory, nvme_mount) and not storage.is_mountpoint(nvme_mount):
+    if nvme_mount and is_under(directory, nvme_mount) and not storage.is_mountpoint(nvme_mount):
         raise SwapRefused(
             f"the swap file {path} belongs on the NVMe filesystem at {nvme_mount}, but nothing is mounted there"
         )
@@ -226,10 +227,6 @@ def _planned_file_steps(plan: SwapPlan, storage: StorageInfo, state: SwapState, 
         steps.append(f"swapon -p {priority} {_q(path)}")
         steps.append(f"hk_active {_q(path)} || hk_fail 'swapon {path} did not activate it (see dmesg)'")
     return steps + fstab_step
-
-
-def _is_under(path: str, directory: str) -> bool:
-    return path == directory or path.startswith(directory.rstrip("/") + "/")
 
 
 def nvme_steps(plan: NvmePlan, storage: StorageInfo) -> list[str]:
@@ -305,10 +302,6 @@ def script(steps: list[str]) -> str:
 # -- operations ----------------------------------------------------------------------------
 
 
-def _profile_value(profile: Any, name: str) -> Any:
-    return getattr(profile, name, None) if profile is not None else None
-
-
 @operation()
 def prepare_nvme(plan: NvmePlan, profile: Any = None):
     """
@@ -346,7 +339,7 @@ def swap_file(plan: SwapPlan, profile: Any = None):
     except ValueError as error:
         raise OperationValueError(str(error)) from None
     storage: StorageInfo = snapshot(host, profile).storage
-    nvme_mount = _profile_value(profile, "nvme_mount") if _profile_value(profile, "nvme_device") else None
+    nvme_mount = value_or_default(profile, "nvme_mount") if value_or_default(profile, "nvme_device") else None
     try:
         steps = swap_steps(plan, storage, nvme_mount=nvme_mount)
     except SwapRefused as refusal:

@@ -12,7 +12,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from pyinfra.api import FunctionCommand
 from pyinfra.api.exceptions import OperationValueError
 from pyinfra.context import ctx_host
 
@@ -23,10 +22,10 @@ from hostkit.facts.kernel import (
     SysctlFile,
     ThpSetting,
 )
-from hostkit.facts.snapshot import HostSnapshot, MemoisedSnapshot
 from hostkit.facts.system import SystemFact
 from hostkit.operations import kernel
 from hostkit.plans import SYSCTL_FILE, KernelPlan
+from tests.unit.op_host import OpHost, refusal_text
 
 PLAN = KernelPlan(
     sysctl={"vm.swappiness": "10", "net.ipv4.tcp_rmem": "4096 131072 6291456"},
@@ -59,38 +58,13 @@ def with_files(state: KernelState, *files: SysctlFile) -> KernelState:
     return dataclasses.replace(state, sysctl_files=state.sysctl_files + files)
 
 
-class FakeState:
-    def __init__(self, executing: bool):
-        self.is_executing = executing
-
-    def should_check_for_changes(self) -> bool:
-        return True
-
-
-class FakeHost:
-    name = "fake"
-    print_prefix = "[fake] "
-
-    def __init__(self, state: KernelState, cmdline: str = "root=/dev/vda rw", executing: bool = False):
-        system = SystemFact().process([f"cmdline={cmdline}"])
-        self._hostkit_snapshot = MemoisedSnapshot(self, None, HostSnapshot({"kernel": state, "system": system}))
-        self.state = FakeState(executing)
-        self.logged: list[str] = []
-
-    def log_styled(self, message, log_func=None, **kwargs):
-        self.logged.append(message)
+def FakeHost(state: KernelState, cmdline: str = "root=/dev/vda rw", executing: bool = False) -> OpHost:
+    return OpHost({"kernel": state, "system": SystemFact().process([f"cmdline={cmdline}"])}, executing)
 
 
 def run_op(op, fake: FakeHost, plan: KernelPlan = PLAN) -> list:
     with ctx_host.use(fake):
         return list(op._inner(plan))
-
-
-def refusal_text(command: FunctionCommand, fake: FakeHost) -> str:
-    """Run a refusal callback as pyinfra would; it must fail the host."""
-    assert isinstance(command, FunctionCommand)
-    assert command.function(None, fake, *command.args, **command.kwargs) is False
-    return "\n".join(fake.logged)
 
 
 # -- sysctl ----------------------------------------------------------------------------------

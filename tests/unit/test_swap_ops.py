@@ -15,11 +15,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from pyinfra.api import FunctionCommand
 from pyinfra.api.exceptions import OperationValueError
 from pyinfra.context import ctx_host
 
-from hostkit.facts.snapshot import HostSnapshot, MemoisedSnapshot
 from hostkit.facts.storage import (
     BlockDevice,
     DeviceSignatures,
@@ -33,6 +31,7 @@ from hostkit.facts.storage import (
 from hostkit.operations import swap
 from hostkit.plans import NvmePlan, SwapPlan
 from hostkit.verify.checks import swap_checks
+from tests.unit.op_host import OpHost, refusal_text
 
 GIB = 2**30
 MIB = 2**20
@@ -97,22 +96,8 @@ def changed(storage: StorageInfo, **changes) -> StorageInfo:
     return dataclasses.replace(storage, **changes)
 
 
-class FakeState:
-    def __init__(self, executing: bool):
-        self.is_executing = executing
-
-
-class FakeHost:
-    name = "fake"
-    print_prefix = "[fake] "
-
-    def __init__(self, storage: StorageInfo, executing: bool = False):
-        self._hostkit_snapshot = MemoisedSnapshot(self, None, HostSnapshot({"storage": storage}))
-        self.state = FakeState(executing)
-        self.logged: list[str] = []
-
-    def log_styled(self, message, log_func=None, **kwargs):
-        self.logged.append(message)
+def FakeHost(storage: StorageInfo, executing: bool = False) -> OpHost:
+    return OpHost({"storage": storage}, executing)
 
 
 def run_op(op, storage: StorageInfo, plan, profile=Profile, executing: bool = False) -> list:
@@ -126,9 +111,7 @@ def refusal(op, storage: StorageInfo, plan, profile=Profile) -> str:
     fake = FakeHost(storage)
     with ctx_host.use(fake):
         [command] = list(op._inner(plan, profile))
-    assert isinstance(command, FunctionCommand)
-    assert command.function(None, fake, *command.args, **command.kwargs) is False
-    return "\n".join(fake.logged)
+    return refusal_text(command, fake)
 
 
 def only_script(op, storage, plan, profile=Profile) -> str:

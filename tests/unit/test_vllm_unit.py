@@ -20,7 +20,6 @@ from pyinfra.api import FileUploadCommand, FunctionCommand
 from pyinfra.api.exceptions import OperationValueError
 from pyinfra.context import ctx_host
 
-from hostkit.facts.snapshot import HostSnapshot, MemoisedSnapshot
 from hostkit.facts.vllm_service import (
     FileStat,
     ServiceTarget,
@@ -40,6 +39,7 @@ from hostkit.vllm_unit import (
     render_env,
     render_unit,
 )
+from tests.unit.op_host import OpHost
 
 SECRET = "s3cret-Key-4711"
 PLAN = VllmPlan(
@@ -94,24 +94,10 @@ FRESH = VllmServiceState(
 # -- fake pyinfra host -------------------------------------------------------------------------
 
 
-class FakeState:
-    def __init__(self, executing: bool):
-        self.is_executing = executing
-
-
-class FakeHost:
-    name = "fake"
-    print_prefix = "[fake] "
-
+class FakeHost(OpHost):
     def __init__(self, state: VllmServiceState, executing: bool = False):
-        self._hostkit_snapshot = MemoisedSnapshot(self, None, HostSnapshot({"vllm": state}))
-        self.state = FakeState(executing)
-        self.current_op_global_arguments = {"_sudo": False, "_name": "ignored"}
-        self.logged: list[str] = []
+        super().__init__({"vllm": state}, executing)
         self.facts_asked: list[dict] = []
-
-    def log_styled(self, message, log_func=None, **kwargs):
-        self.logged.append(message)
 
     def get_fact(self, fact_cls, **kwargs):
         self.facts_asked.append(kwargs)
