@@ -78,4 +78,6 @@ def smoke(url: str, concurrency: int, request_count: int, max_tokens: int, time_
     report_path, chart_path = write_report(run, settings, Path(out_dir))
     click.echo(summary_text(run))
     click.echo(f"report: {report_path}" + (f", chart: {chart_path}" if chart_path else ""))
+    if run.samples and chart_path is None:
+        click.echo("no memory chart: it needs matplotlib (pip install 'vllm-hostkit[chart]')")
     raise SystemExit(0 if run.ok else 1)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from datetime import datetime, timezone
 from pathlib import Path
@@ -84,11 +85,17 @@ def report_dict(run: SmokeRun, settings: dict[str, Any], chart: str | None) -> d
     }
 
 
+def chart_available() -> bool:
+    """matplotlib is an extra (vllm-hostkit[chart]): the chart is optional, the report is not."""
+    return importlib.util.find_spec("matplotlib") is not None
+
+
 def write_report(run: SmokeRun, settings: dict[str, Any], out_dir: Path) -> tuple[Path, Path | None]:
-    """smoke-report.json and, when memory was watched, smoke-memory.png in `out_dir`."""
+    """smoke-report.json and, when memory was watched and matplotlib is installed, smoke-memory.png
+    in `out_dir`."""
     out_dir.mkdir(parents=True, exist_ok=True)
     chart_path = None
-    if run.samples:
+    if run.samples and chart_available():
         from hostkit.smoke.chart import render_chart
 
         chart_path = out_dir / CHART_NAME

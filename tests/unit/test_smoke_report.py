@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import threading
@@ -129,6 +130,17 @@ def test_report_json_and_chart(tmp_path):
     assert report["ok"] is False and report["chart"] == "smoke-memory.png"
     png = chart_path.read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 20_000
+
+
+def test_without_matplotlib_the_report_is_written_with_no_chart(tmp_path, monkeypatch):
+    """matplotlib is the `chart` extra: a plain install still writes the JSON report."""
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *args: None if name == "matplotlib" else real_find_spec(name, *args))
+    run = synthetic_run(lambda t: 10 + (500 if 2 <= t <= 12 else 0))
+    report_path, chart_path = write_report(run, {"concurrency": 20}, tmp_path)
+    assert chart_path is None and json.loads(report_path.read_text())["chart"] is None
+    assert list(tmp_path.iterdir()) == [report_path]
 
 
 def test_summary_text():
