@@ -1,4 +1,5 @@
-"""The distribution's Prometheus (`prometheus` and `promtool`) for the tests, without a service.
+"""The distribution's Prometheus (`prometheus` and `promtool`) for the tests, without a service,
+and a Prometheus server on loopback that a test starts with a config of its own.
 
 Taken from PATH when installed; otherwise Debian's `prometheus` package is fetched with
 `apt-get download` (running `apt-get update` first when the package lists lack it) and
@@ -8,11 +9,18 @@ of installing starts no prometheus.service on the test machine.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
 import tempfile
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+
+from tests.net import free_port
 
 PACKAGE = "prometheus"
 APT_TIMEOUT_S = 600
@@ -48,3 +56,29 @@ def prometheus_bin(name: str) -> str:
             shutil.rmtree(unpacked, ignore_errors=True)
             staging.rename(unpacked)
     return str(binary)
+
+
+@contextmanager
+def prometheus_server(directory: Path, config: str) -> Iterator[str]:
+    """`prometheus` with `config` (YAML or JSON text) and its data in `directory`; yields its URL.
+    Its log is `directory`/prometheus.log."""
+    port = free_port()
+    config_file = directory / "prometheus.yml"
+    config_file.write_text(config)
+    with (directory / "prometheus.log").open("w") as log:
+        server = subprocess.Popen([prometheus_bin("prometheus"), f"--config.file={config_file}",
+                                   f"--storage.tsdb.path={directory / 'data'}",
+                                   f"--web.listen-address=127.0.0.1:{port}"],
+                                  stdout=log, stderr=subprocess.STDOUT)
+        try:
+            yield f"http://127.0.0.1:{port}"
+        finally:
+            server.terminate()
+            server.wait(timeout=30)
+
+
+def api(base: str, path: str, **params) -> dict:
+    """The `data` of a Prometheus HTTP API answer (/api/v1/`path`)."""
+    url = f"{base}/api/v1/{path}" + (f"?{urllib.parse.urlencode(params)}" if params else "")
+    with urllib.request.urlopen(url, timeout=10) as answer:
+        return json.load(answer)["data"]

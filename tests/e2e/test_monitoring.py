@@ -17,9 +17,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
-import socket
 import statistics
-import subprocess
 import time
 import urllib.parse
 import urllib.request
@@ -33,7 +31,7 @@ from hostkit.profile import profile_from_data
 from hostkit.pyinfra_runner import run_pyinfra, write_inventory
 from tests.e2e.conftest import MAIN_DEPLOY, REPO, lab_data
 from tests.e2e.test_doctor_smoke import forwarded, hostkit
-from tests.prometheus_dist import prometheus_bin
+from tests.prometheus_dist import api, prometheus_server
 
 pytestmark = pytest.mark.lab
 
@@ -155,21 +153,13 @@ def test_collector_cost_per_run(monitored):
 JOB_PORTS = {"node": 9100, "vllm": 8000}
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 @contextmanager
 def prometheus(tmp_path: Path, host_name: str, targets: dict[str, str]):
     """A Prometheus server on loopback, scraping each job's URL every 2 s, with the shipped rules;
     the targets' `instance` is the lab host's name and the port on it, not the forwarded port."""
     rules = tmp_path / "alerts.rules.yml"
     rules.write_text(re.sub(r"(?m)^(\s+for:) \S+$", r"\1 10s", RULES.read_text()))
-    port = free_port()
-    config = tmp_path / "prometheus.yml"
-    config.write_text(json.dumps({
+    config = json.dumps({
         "global": {"scrape_interval": "2s", "evaluation_interval": "2s"},
         "rule_files": [str(rules)],
         "scrape_configs": [
@@ -177,23 +167,9 @@ def prometheus(tmp_path: Path, host_name: str, targets: dict[str, str]):
                                                   "labels": {"instance": f"{host_name}:{JOB_PORTS[job]}"}}]}
             for job, url in targets.items()
         ],
-    }))
-    log = (tmp_path / "prometheus.log").open("w")
-    server = subprocess.Popen([prometheus_bin("prometheus"), f"--config.file={config}",
-                               f"--storage.tsdb.path={tmp_path / 'data'}", f"--web.listen-address=127.0.0.1:{port}"],
-                              stdout=log, stderr=subprocess.STDOUT)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
-        log.close()
-
-
-def api(base: str, path: str, **params) -> dict:
-    url = f"{base}/api/v1/{path}" + (f"?{urllib.parse.urlencode(params)}" if params else "")
-    with urllib.request.urlopen(url, timeout=10) as answer:
-        return json.load(answer)["data"]
+    })
+    with prometheus_server(tmp_path, config) as base:
+        yield base
 
 
 def wait_for(check, timeout: float, what: str, interval: float = 2):

@@ -20,6 +20,7 @@ import pytest
 
 from hostkit.vllm_flags import render_flags
 from tests.realvllm import server as srv
+from tests.net import free_port
 from tests.realvllm import tiny_model, wheelhouse
 from tests.standin.install import standin_files
 
@@ -104,7 +105,7 @@ def _clean_env(**extra: str) -> dict[str, str]:
 def real_vllm(vllm_cli, tiny_model_dir, tmp_path_factory):
     """Real vLLM serving the tiny model; the API key only in its environment."""
     key = secrets.token_urlsafe(24)
-    port = srv.free_port()
+    port = free_port()
     env = _clean_env(VLLM_API_KEY=key, VLLM_CPU_KVCACHE_SPACE="1", HF_HUB_OFFLINE="1",
                      VLLM_NO_USAGE_STATS="1", PYTHONUNBUFFERED="1")
     argv = [str(vllm_cli), "serve", str(tiny_model_dir), *serve_flags(port)]
@@ -129,7 +130,7 @@ def standin_vllm(tmp_path_factory):
         path.write_bytes(content)
         path.chmod(mode)
     key = secrets.token_urlsafe(24)
-    port = srv.free_port()
+    port = free_port()
     argv = [sys.executable, str(prefix / "bin" / "vllm"), "serve", "/models/tiny", *serve_flags(port)]
     env = _clean_env(VLLM_API_KEY=key, VLLM_STANDIN_LOAD_SECONDS="1")
     server = srv.start("standin", argv, env, SERVED_NAME, key, REPORTS / "standin.log",

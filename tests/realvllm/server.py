@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import time
 import urllib.error
@@ -14,12 +13,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 HTTP_TIMEOUT_S = 30  # one request; a completion of a few tokens takes well under a second natively
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @dataclass

@@ -303,6 +303,7 @@ def metrics(state):
         ("vllm:num_requests_running", "gauge", state["running"]),
         ("vllm:num_requests_waiting", "gauge", 0),
         ("vllm:kv_cache_usage_perc", "gauge", 0.0),
+        ("vllm:num_preemptions_total", "counter", 0),
         ("vllm:request_success_total", "counter", state["succeeded"]),
         ("vllm:prompt_tokens_total", "counter", state["prompt_tokens"]),
         ("vllm:generation_tokens_total", "counter", state["generation_tokens"]),

@@ -14,16 +14,11 @@ from hostkit.profile import profile_from_data
 from hostkit.pyinfra_runner import write_inventory
 from hostkit.rollout.gate import PROBE_SOURCE, ServiceGate, direct_base_url, host_base_url, release_check, verify_check
 from hostkit.rollout.probe import probe
+from tests.net import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 MODEL = "Qwen/Qwen2.5-0.5B-Instruct"
 KEY = "unit-test-key-0123"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture(scope="module")

@@ -19,6 +19,7 @@ import pytest
 
 from hostkit.readiness import Probe, probe_command
 from tests.standin.install import standin_archive, standin_files
+from tests.net import free_port
 
 FIXTURES = Path(__file__).parent / "fixtures" / "vllm"
 PARSE_CHECK = Path(__file__).resolve().parents[2] / "hostkit" / "vllm_parse_check.py"
@@ -99,12 +100,6 @@ def test_crashes_at_start_when_asked(standins, crash):
     result = subprocess.run([str(standins["0.33.0"]), "serve", model], capture_output=True, text=True,
                             env=clean_env(VLLM_STANDIN_LOAD_SECONDS="0", **crash), timeout=60)
     assert result.returncode == 1
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def get(url: str, key: str | None = None) -> tuple[int, bytes]:

@@ -8,7 +8,6 @@ import hashlib
 import http.server
 import json
 import os
-import socket
 import stat
 import subprocess
 import sys
@@ -20,6 +19,7 @@ import pytest
 
 from hostkit.plans import VllmPlan
 from hostkit.verify.probes import parse_probes, probe_command
+from tests.net import free_port
 
 FIXTURES = Path(__file__).parent / "fixtures" / "verify"
 MODEL = "Qwen/Qwen2.5-0.5B-Instruct"
@@ -79,12 +79,6 @@ def test_falls_back_to_dmesg_and_says_when_no_log_is_readable(tmp_path):
     assert probes.ooms.source is None
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 class _Vllm(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
         if self.path == "/health":
@@ -132,7 +126,7 @@ done
 
 
 def test_waits_on_the_host_while_the_unit_is_starting(tmp_path, late_server):
-    port = _free_port()
+    port = free_port()
     _systemctl(tmp_path, "activating")
     late_server(port, delay=3)
     probes, seconds = _run(tmp_path, VllmPlan(enabled=True, host="0.0.0.0", port=port, served_model_name=MODEL), 60)
@@ -146,7 +140,7 @@ def test_waits_on_the_host_while_the_unit_is_starting(tmp_path, late_server):
 
 def test_stops_waiting_at_once_when_the_unit_is_not_starting(tmp_path):
     _systemctl(tmp_path, "inactive")
-    probes, seconds = _run(tmp_path, VllmPlan(enabled=True, port=_free_port()), 60)
+    probes, seconds = _run(tmp_path, VllmPlan(enabled=True, port=free_port()), 60)
     assert probes.readiness.outcome == "unit inactive"
     assert probes.readiness.attempts == 1
     assert probes.readiness.probe.health is None
@@ -156,7 +150,7 @@ def test_stops_waiting_at_once_when_the_unit_is_not_starting(tmp_path):
 
 def test_gives_up_at_the_ready_timeout(tmp_path):
     _systemctl(tmp_path, "active")
-    probes, _ = _run(tmp_path, VllmPlan(enabled=True, port=_free_port()), 1)
+    probes, _ = _run(tmp_path, VllmPlan(enabled=True, port=free_port()), 1)
     assert probes.readiness.outcome == "timeout"
 
 
@@ -172,7 +166,7 @@ for word in "$@"; do
   esac
 done
 """)
-        probes, _ = _run(tmp_path, VllmPlan(enabled=True, port=_free_port()), 0)
+        probes, _ = _run(tmp_path, VllmPlan(enabled=True, port=free_port()), 0)
     finally:
         child.kill()
         child.wait()
