@@ -20,6 +20,8 @@ from pyinfra.api.connect import connect_all, disconnect_all  # noqa: E402
 from pyinfra.context import ctx_state  # noqa: E402
 from pyinfra_cli.inventory import make_inventory_from_files  # noqa: E402
 
+from hostkit.profile import limited_hosts  # noqa: E402
+
 
 @contextmanager
 def connected_hosts(inventory_path: str, limit: Sequence[str] | None = None) -> Iterator[list[Host]]:
@@ -27,27 +29,10 @@ def connected_hosts(inventory_path: str, limit: Sequence[str] | None = None) -> 
     state = State()
     with ctx_state.use(state):
         inventory = make_inventory_from_files(inventory_path, cwd=os.getcwd())
-    names = _limited_names(inventory, limit)
+    names = {h.name for h in limited_hosts(inventory, limit)}
     state.init(inventory, Config(), initial_limit=[h for h in inventory if h.name in names])
     connect_all(state)
     try:
         yield [h for h in state.inventory.iter_activated_hosts() if h.name in names]
     finally:
         disconnect_all(state)
-
-
-def _limited_names(inventory, limit: Sequence[str] | None) -> set[str]:
-    from fnmatch import fnmatch
-
-    from pyinfra.api.exceptions import NoGroupError
-
-    hosts = list(inventory)
-    if not limit:
-        return {h.name for h in hosts}
-    names: set[str] = set()
-    for pattern in limit:
-        try:
-            names.update(h.name for h in inventory.get_group(pattern))
-        except NoGroupError:
-            names.update(h.name for h in hosts if fnmatch(h.name, pattern))
-    return names

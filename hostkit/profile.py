@@ -713,10 +713,7 @@ def load_inventory(
     `group_data/` next to the inventory and in `cwd` (default: the working directory),
     `(host, {data})` tuples, `(hosts, {data})` groups. `limit` takes pyinfra --limit
     patterns (group names or host globs)."""
-    from fnmatch import fnmatch
-
     from pyinfra.api import State
-    from pyinfra.api.exceptions import NoGroupError
     from pyinfra.context import ctx_state
     from pyinfra_cli.inventory import make_inventory_from_files
 
@@ -724,16 +721,27 @@ def load_inventory(
         raise FileNotFoundError(f"inventory file {path} does not exist")
     with ctx_state.use(State()):
         inventory = make_inventory_from_files(path, cwd=cwd or os.getcwd())
-    hosts = list(inventory)
-    if limit:
-        selected = set()
-        for pattern in limit:
-            try:
-                selected.update(inventory.get_group(pattern))
-            except NoGroupError:
-                selected.update(host for host in hosts if fnmatch(host.name, pattern))
-        hosts = [host for host in hosts if host in selected]
+    hosts = limited_hosts(inventory, limit)
     return [(host.name, host.data.dict()) for host in hosts]
+
+
+def limited_hosts(inventory, limit: Sequence[str] | None) -> list:
+    """The inventory's hosts that `pyinfra --limit` would keep (group names or host-name globs),
+    in inventory order; all of them with no limit."""
+    from fnmatch import fnmatch
+
+    from pyinfra.api.exceptions import NoGroupError
+
+    hosts = list(inventory)
+    if not limit:
+        return hosts
+    selected = set()
+    for pattern in limit:
+        try:
+            selected.update(inventory.get_group(pattern))
+        except NoGroupError:
+            selected.update(host for host in hosts if fnmatch(host.name, pattern))
+    return [host for host in hosts if host in selected]
 
 
 def value_or_default(profile: Any, name: str) -> Any:
