@@ -725,6 +725,35 @@ def load_inventory(
     return [(host.name, host.data.dict()) for host in hosts]
 
 
+@dataclass(frozen=True)
+class SshSettings:
+    """A host's pyinfra connection keys (ssh_*), read once for the tools that open ssh
+    connections of their own: verify's ssh_config and paramiko client, smoke's sampler."""
+
+    hostname: str
+    port: int | None
+    user: str | None
+    key: str | None  # ~ expanded
+    known_hosts: str | None  # ~ expanded
+    strict: str | None  # OpenSSH's StrictHostKeyChecking word; None where unset
+
+    @classmethod
+    def from_data(cls, name: str, data: dict[str, Any]) -> SshSettings:
+        strict = data.get("ssh_strict_host_key_checking")
+        if strict is not None:
+            # pyinfra takes booleans and "off" as well as OpenSSH's words.
+            strict = "no" if strict in (False, "off") else "yes" if strict is True else str(strict)
+        key, known_hosts = data.get("ssh_key"), data.get("ssh_known_hosts_file")
+        return cls(
+            hostname=str(data.get("ssh_hostname") or name),
+            port=int(data["ssh_port"]) if data.get("ssh_port") else None,
+            user=str(data["ssh_user"]) if data.get("ssh_user") else None,
+            key=os.path.expanduser(str(key)) if key else None,
+            known_hosts=os.path.expanduser(str(known_hosts)) if known_hosts else None,
+            strict=strict,
+        )
+
+
 def limited_hosts(inventory, limit: Sequence[str] | None) -> list:
     """The inventory's hosts that `pyinfra --limit` would keep (group names or host-name globs),
     in inventory order; all of them with no limit."""

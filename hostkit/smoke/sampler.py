@@ -190,7 +190,7 @@ def ssh_argv_for(host: str, inventory: str | None = None) -> list[str]:
 
         for name, data in load_inventory(inventory):
             if name == host:
-                return _ssh_argv_from_data(name, data)
+                return ssh_argv_from_data(name, data)
         raise KeyError(f"no host {host!r} in {inventory}")
     from hostkit.lab import Lab
 
@@ -200,16 +200,17 @@ def ssh_argv_for(host: str, inventory: str | None = None) -> list[str]:
         return ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", "-o", "ServerAliveInterval=5", host]
 
 
-def _ssh_argv_from_data(name: str, data: dict) -> list[str]:
+def ssh_argv_from_data(name: str, data: dict) -> list[str]:
+    from hostkit.profile import SshSettings
+
+    ssh = SshSettings.from_data(name, data)
     argv = ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", "-o", "ServerAliveInterval=5"]
-    if data.get("ssh_port"):
-        argv += ["-p", str(data["ssh_port"])]
-    if data.get("ssh_key"):
-        argv += ["-i", str(data["ssh_key"])]
-    if data.get("ssh_known_hosts_file"):
-        argv += ["-o", f"UserKnownHostsFile={data['ssh_known_hosts_file']}"]
-    if data.get("ssh_strict_host_key_checking"):
-        argv += ["-o", f"StrictHostKeyChecking={data['ssh_strict_host_key_checking']}"]
-    target = data.get("ssh_hostname") or name
-    user = data.get("ssh_user")
-    return argv + ["-o", "LogLevel=ERROR", f"{user}@{target}" if user else target]
+    if ssh.port:
+        argv += ["-p", str(ssh.port)]
+    if ssh.key:
+        argv += ["-i", ssh.key]
+    if ssh.known_hosts:
+        argv += ["-o", f"UserKnownHostsFile={ssh.known_hosts}"]
+    if ssh.strict is not None:
+        argv += ["-o", f"StrictHostKeyChecking={ssh.strict}"]
+    return argv + ["-o", "LogLevel=ERROR", f"{ssh.user}@{ssh.hostname}" if ssh.user else ssh.hostname]

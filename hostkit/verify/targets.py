@@ -30,7 +30,7 @@ from urllib.parse import quote, urlencode
 
 import paramiko
 
-from hostkit.profile import HostProfile, ProfileError, validate_inventory
+from hostkit.profile import HostProfile, ProfileError, SshSettings, validate_inventory
 
 CONNECT_TIMEOUT_S = 30
 
@@ -51,20 +51,19 @@ class Target:
         return quote(self.name, safe="._-")
 
     def ssh_config_block(self) -> str:
-        data = self.data
-        options = [("HostName", data.get("ssh_hostname") or self.name)]
-        if data.get("ssh_port"):
-            options.append(("Port", str(data["ssh_port"])))
-        if data.get("ssh_user"):
-            options.append(("User", str(data["ssh_user"])))
-        if data.get("ssh_key"):
-            options.append(("IdentityFile", os.path.expanduser(str(data["ssh_key"]))))
+        ssh = SshSettings.from_data(self.name, self.data)
+        options = [("HostName", ssh.hostname)]
+        if ssh.port:
+            options.append(("Port", str(ssh.port)))
+        if ssh.user:
+            options.append(("User", ssh.user))
+        if ssh.key:
+            options.append(("IdentityFile", ssh.key))
             options.append(("IdentitiesOnly", "yes"))
-        strict = data.get("ssh_strict_host_key_checking")
-        if strict is not None:
-            options.append(("StrictHostKeyChecking", "no" if strict in (False, "off") else str(strict)))
-        if data.get("ssh_known_hosts_file"):
-            options.append(("UserKnownHostsFile", os.path.expanduser(str(data["ssh_known_hosts_file"]))))
+        if ssh.strict is not None:
+            options.append(("StrictHostKeyChecking", ssh.strict))
+        if ssh.known_hosts:
+            options.append(("UserKnownHostsFile", ssh.known_hosts))
         lines = [f"Host {self.alias}"]
         lines += [f"    {key} {_config_value(value)}" for key, value in options]
         return "\n".join(lines) + "\n"
@@ -80,22 +79,21 @@ class Target:
 
 def paramiko_client(target: Target, timeout: float = CONNECT_TIMEOUT_S) -> paramiko.SSHClient:
     """A connected paramiko client with the target's pyinfra ssh data and host key rules."""
-    data = target.data
+    ssh = SshSettings.from_data(target.name, target.data)
     client = paramiko.SSHClient()
-    strict = data.get("ssh_strict_host_key_checking", "accept-new")
-    if strict not in (False, "no", "off"):
-        known_hosts = os.path.expanduser(str(data.get("ssh_known_hosts_file") or "~/.ssh/known_hosts"))
+    strict = ssh.strict or "accept-new"
+    if strict != "no":
+        known_hosts = ssh.known_hosts or os.path.expanduser("~/.ssh/known_hosts")
         if os.path.isfile(known_hosts):
             client.load_system_host_keys(known_hosts)  # read-only: verification records nothing
     # The base policy accepts an unknown key silently; a changed known key raises either way.
     client.set_missing_host_key_policy(paramiko.RejectPolicy() if strict == "yes" else paramiko.MissingHostKeyPolicy())
-    key = data.get("ssh_key")
     client.connect(
-        hostname=str(data.get("ssh_hostname") or target.name),
-        port=int(data.get("ssh_port") or 22),
-        username=data.get("ssh_user") or None,
-        key_filename=os.path.expanduser(str(key)) if key else None,
-        look_for_keys=not key,
+        hostname=ssh.hostname,
+        port=ssh.port or 22,
+        username=ssh.user,
+        key_filename=ssh.key,
+        look_for_keys=not ssh.key,
         timeout=timeout,
     )
     return client

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -10,6 +11,7 @@ import pytest
 import testinfra
 from testinfra.backend import parse_hostspec
 
+from hostkit.smoke.sampler import ssh_argv_from_data
 from hostkit.verify.targets import (
     InventoryError,
     Target,
@@ -98,3 +100,16 @@ def test_load_targets_isolated_reports_bad_inventories(tmp_path, monkeypatch):
     (tmp_path / "broken.py").write_text("hosts = [\n")
     with pytest.raises(InventoryError, match="cannot load inventory"):
         load_targets_isolated(str(tmp_path / "broken.py"))
+
+
+@pytest.mark.parametrize(("given", "word"), [(False, "no"), ("off", "no"), (True, "yes"), ("accept-new", "accept-new")])
+def test_one_reader_of_ssh_data_for_verify_and_smoke(given, word):
+    """verify's ssh_config and smoke's ssh command line take the same words from pyinfra's keys."""
+    data = {**LAB_KEY_DATA, "ssh_key": "~/keys/lab", "ssh_strict_host_key_checking": given}
+    entry = paramiko.SSHConfig.from_text(_target(**data).ssh_config_block()).lookup("lab1")
+    assert entry["stricthostkeychecking"] == word
+    assert entry["identityfile"] == [os.path.expanduser("~/keys/lab")]
+    argv = ssh_argv_from_data("lab1", data)
+    assert f"StrictHostKeyChecking={word}" in argv
+    assert argv[argv.index("-i") + 1] == os.path.expanduser("~/keys/lab")
+    assert argv[-1] == "root@127.0.0.1" and argv[argv.index("-p") + 1] == "40022"
