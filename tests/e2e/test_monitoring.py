@@ -101,10 +101,15 @@ def test_the_deploy_converges_and_verify_checks_the_collector(monitored):
     assert rerun.changed == [], f"a rerun changed: {rerun.changed}"
     assert "prometheus-node-exporter --collector.textfile.directory=/var/lib/prometheus/node-exporter" in sh(
         lab_host, "ps -eo args | grep [n]ode-exporter")
-    metrics = sh(lab_host, "python3 -c \"import urllib.request;"
-                 "print(urllib.request.urlopen('http://127.0.0.1:9100/metrics', timeout=10).read().decode())\"")
-    values = exposed(metrics)  # node_exporter re-exposes the file (in its own number format)
-    assert values["hostkit_vllm_up"] == 1
+    def node_exporter_values() -> dict[str, float]:
+        # node_exporter re-exposes the file (in its own number format).
+        return exposed(sh(lab_host, "python3 -c \"import urllib.request;print(urllib.request.urlopen("
+                                    "'http://127.0.0.1:9100/metrics', timeout=10).read().decode())\""))
+
+    # One collector run's /health probe can miss its deadline on a loaded lab machine (CI,
+    # 2026-12-01: up 0 right after the rerun): up within four runs.
+    values = wait_for(lambda: (v := node_exporter_values()).get("hostkit_vllm_up") == 1 and v, 60,
+                      "hostkit_vllm_up 1 in node_exporter's /metrics")
     assert values["hostkit_vllm_memory_max_bytes"] == MEMORY_MAX_MIB * MIB
     assert time.time() - values["hostkit_collector_last_success_timestamp_seconds"] < 60
     result = hostkit("verify", str(inventory), "--format", "json")
