@@ -150,20 +150,18 @@ class LabHost:
     def kernel_trouble(self, lines: int = 30) -> str:
         """The console's lines about I/O, the NVMe, OOM kills and hung tasks: what explains a host
         failing under load, for a failed test's report."""
-        try:
-            text = (self.path / "console.log").read_text(errors="replace")
-        except FileNotFoundError:
-            return "(no console.log)"
-        found = [line for line in text.splitlines() if TROUBLE.search(line)]
+        found = [line for line in self._console_lines() if TROUBLE.search(line)]
         return "\n".join(found[-lines:]) or "(none on the console)"
 
     def console_tail(self, lines: int = 40) -> str:
         """The end of the serial console, for errors that CI prints (the lab directory is gone after)."""
+        return "\n".join(self._console_lines()[-lines:]) or "(no console.log)"
+
+    def _console_lines(self) -> list[str]:
         try:
-            text = (self.path / "console.log").read_text(errors="replace")
+            return (self.path / "console.log").read_text(errors="replace").splitlines()
         except FileNotFoundError:
-            return "(no console.log)"
-        return "\n".join(text.splitlines()[-lines:])
+            return []
 
     def _answers_from_new_boot(self, not_boot_id: str | None) -> bool:
         """ssh works, and (when given) from a boot other than `not_boot_id`; a host going down counts as no."""
