@@ -27,7 +27,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from hostkit.pyinfra_runner import write_inventory  # noqa: E402
+from hostkit.fleet.pyinfra_runner import write_inventory  # noqa: E402
 from hostkit.rollout import rollout  # noqa: E402
 
 PASSING_PROBE = json.dumps([

@@ -48,7 +48,7 @@ from bench.counting import (  # noqa: E402
     targets,
 )
 from hostkit.lab import Lab, LabHost  # noqa: E402
-from hostkit.pyinfra_runner import run_pyinfra, write_inventory  # noqa: E402
+from hostkit.fleet.pyinfra_runner import run_pyinfra, write_inventory  # noqa: E402
 from tests.standin.install import install_standin  # noqa: E402
 
 DEPLOY = REPO / "deploys" / "vllm_host.py"
@@ -136,7 +136,7 @@ class Runner:
     def verify(self, hosts: list[LabHost], round_no: int) -> Measurement:
         stem = f"verify-{'-'.join(h.name for h in hosts)}"
         inventory = self.pyinfra_inventory(hosts, stem)
-        argv = [sys.executable, "-c", "from hostkit.cli import main; main()", "verify", str(inventory),
+        argv = [sys.executable, "-c", "from hostkit.cli.main import main; main()", "verify", str(inventory),
                 "--format", "json"]
         before = load1()
         started = time.monotonic()

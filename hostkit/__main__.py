@@ -1,5 +1,5 @@
 """`python -m hostkit`: the same as the `hostkit` command."""
 
-from hostkit.cli import main
+from hostkit.cli.main import main
 
 main()

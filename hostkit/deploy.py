@@ -12,11 +12,11 @@ from pyinfra.api import deploy
 from pyinfra.api.exceptions import PyinfraError
 
 from hostkit.facts.snapshot import snapshot
-from hostkit.gather import planning_facts
+from hostkit.plan.snapshot_facts import planning_facts
 from hostkit.operations import driver_hold, gpu, kernel, lock, monitoring, swap, vllm_install, vllm_service, watchdog
-from hostkit.planner import PlanError, plan_host
-from hostkit.plans import HostPlan
-from hostkit.profile import HostProfile, ProfileError, validate_inventory
+from hostkit.plan.planner import PlanError, plan_host
+from hostkit.plan.plans import HostPlan
+from hostkit.profile.host_profile import HostProfile, ProfileError, validate_inventory
 
 _PROFILES_ATTR = "_hostkit_profiles"
 

@@ -24,7 +24,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from hostkit.lab import Lab, real_vllm  # noqa: E402
-from hostkit.pyinfra_runner import run_pyinfra  # noqa: E402
+from hostkit.fleet.pyinfra_runner import run_pyinfra  # noqa: E402
 from tests.standin.install import install_standin  # noqa: E402
 
 # The real deploy installs vLLM (about 15 min in a lab host) and starts it (about 10).

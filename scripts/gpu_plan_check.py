@@ -2,8 +2,8 @@
 """Plan this machine as a deploy would, outside any deploy: does vLLM's GPU memory fit?
 
 It runs the snapshot's own command (`HostSnapshotFact().command(profile=...)`) with `sh -c`,
-as pyinfra would, then the deploy's parsers, `hostkit.gather.planning_facts` and
-`hostkit.planner.plan_host`. Prints each GPU's memory split (the vLLM unit's, others'),
+as pyinfra would, then the deploy's parsers, `hostkit.plan.snapshot_facts.planning_facts` and
+`hostkit.plan.planner.plan_host`. Prints each GPU's memory split (the vLLM unit's, others'),
 then PASS and the plan's GPU line, or REFUSED and every issue (exit 1), saying whether the
 deploy would fail this host alone at execute time (`host_state`) or stop the whole run.
 
@@ -23,9 +23,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from hostkit.facts.snapshot import HostSnapshotFact  # noqa: E402
-from hostkit.gather import planning_facts  # noqa: E402
-from hostkit.planner import PlanError, plan_host  # noqa: E402
-from hostkit.profile import profile_from_data  # noqa: E402
+from hostkit.plan.snapshot_facts import planning_facts  # noqa: E402
+from hostkit.plan.planner import PlanError, plan_host  # noqa: E402
+from hostkit.profile.host_profile import profile_from_data  # noqa: E402
 
 # No swap and no NVMe: this checks GPU memory only, on a machine hostkit does not manage.
 BASE_DATA = {"vllm_model": "Qwen/Qwen2.5-7B-Instruct", "swap_enabled": False}

@@ -21,7 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from hostkit.facts.gpu import GpuFact  # noqa: E402
-from hostkit.gpu_policy import GpuPolicy, evaluate  # noqa: E402
+from hostkit.plan.gpu_policy import GpuPolicy, evaluate  # noqa: E402
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:

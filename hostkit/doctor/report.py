@@ -6,7 +6,7 @@ import json
 from collections.abc import Sequence
 
 from hostkit.doctor.rules import Diagnosis, Severity
-from hostkit.sizes import format_size
+from hostkit.profile.sizes import format_size
 
 EXIT_OK = 0
 EXIT_CRITICAL = 1  # a critical finding on some host

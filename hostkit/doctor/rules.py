@@ -12,14 +12,14 @@ from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import Any
 
-from hostkit import model_catalog
+from hostkit.vllm import model_catalog
 from hostkit.doctor.inputs import DoctorInputs
 from hostkit.doctor.kernel_log import OomKill
 from hostkit.doctor.vllm_args import VllmSettings, effective_settings, removal_note
-from hostkit.planner import CHUNKED_PREFILL_BATCH_TOKENS, LONG_CONTEXT_TOKENS
-from hostkit.profile import HostProfile
-from hostkit.sizes import GIB, format_size
-from hostkit.vllm_flags import FlagError, parse_version
+from hostkit.plan.planner import CHUNKED_PREFILL_BATCH_TOKENS, LONG_CONTEXT_TOKENS
+from hostkit.profile.host_profile import HostProfile
+from hostkit.profile.sizes import GIB, format_size
+from hostkit.vllm.flags import FlagError, parse_version
 
 # Swap fill levels: above these the next burst has nowhere to go but the OOM killer.
 SWAP_WARNING_FRACTION = 0.80

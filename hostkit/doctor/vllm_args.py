@@ -2,7 +2,7 @@
 
 The command line comes from the running process (or the unit's ExecStart when the server
 is not running). Options are read with the installed release's own flag data
-(hostkit.vllm_flags), so switches and valued options split correctly and an option that
+(hostkit.vllm.flags), so switches and valued options split correctly and an option that
 release lacks is found: vLLM exits at once on one, and the unit crash-loops.
 """
 
@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from hostkit.vllm_flags import DOCUMENTED_REMOVALS, FlagError, FlagSet, flags_for
+from hostkit.vllm.flags import DOCUMENTED_REMOVALS, FlagError, FlagSet, flags_for
 
 API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 _NUMBER = re.compile(r"^-?\d+(\.\d+)?$")

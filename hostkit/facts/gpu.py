@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 from pyinfra.api import FactBase
 
-from hostkit.data import host_file
+from hostkit.remote import host_file
 from hostkit.facts.deadline import DEADLINE_FUNCTION, KERNEL_LOG_S, NVIDIA_SMI_S, TIMED_OUT, timed_out_lines
 from hostkit.facts.parts import parse_int
 

@@ -15,7 +15,7 @@ The command prints tagged lines:
   or not;
 - `sysctl.live <path>=<value>` or `sysctl.missing <path>` for every key that hostkit's
   file sets and every key of the profile's `sysctl`: the planner checks the wanted values
-  against the running kernel before anything changes (hostkit.sysctl_values).
+  against the running kernel before anything changes (hostkit.plan.sysctl_values).
 
 How systemd-sysctl reads these files (systemd src/sysctl/sysctl.c, conf-files.c): every
 `*.conf` in /etc/sysctl.d, /run/sysctl.d, /usr/local/lib/sysctl.d, /usr/lib/sysctl.d (and
@@ -41,8 +41,8 @@ from typing import Any
 
 from pyinfra.api import FactBase
 
-from hostkit.data import host_file
-from hostkit.plans import SYSCTL_FILE, THP_UNIT
+from hostkit.remote import host_file
+from hostkit.plan.plans import SYSCTL_FILE, THP_UNIT
 
 # Highest precedence first, as systemd's CONF_PATHS("sysctl.d").
 SYSCTL_DIRS: tuple[str, ...] = (
@@ -174,7 +174,7 @@ class KernelFact(FactBase):
     takes_profile = True
 
     def command(self, profile: Any = None) -> str:
-        # Profile keys are dotted names without spaces or shell characters (hostkit.profile).
+        # Profile keys are dotted names without spaces or shell characters (hostkit.profile.host_profile).
         wanted = sorted({sysctl_path(key) for key in getattr(profile, "sysctl", None) or {}})
         variables = {
             "THP": THP_DIR, "UNIT": THP_UNIT_PATH, "WANTS": THP_WANTS_LINK,

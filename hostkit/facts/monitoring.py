@@ -40,7 +40,7 @@ class MonitoringState:
 
 
 def _textfile_dir(profile: Any) -> str:
-    from hostkit.profile import HostProfile
+    from hostkit.profile.host_profile import HostProfile
 
     default = HostProfile.model_fields["monitoring_textfile_dir"].default
     return getattr(profile, "monitoring_textfile_dir", None) or default

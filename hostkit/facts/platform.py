@@ -1,7 +1,7 @@
 """What differs between distributions and bites hostkit: SELinux, the python the probes run,
 tuned's active profile, and the automatic upgrades of NVIDIA driver packages.
 
-One shell script (hostkit/data/host/platform.sh) prints parts between
+One shell script (hostkit/remote/platform.sh) prints parts between
 `%%hostkit-platform:NAME` lines; `process` turns them into a PlatformInfo. tuned profiles
 come as their tuned.conf text (each line behind `| `) and are resolved here the way tuned
 applies them: included profiles first, then the including profile's own values; of several
@@ -16,7 +16,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 from pyinfra.api import FactBase
 
-from hostkit.data import host_file
+from hostkit.remote import host_file
 from hostkit.facts.parts import split_on_marker
 
 PART_MARKER = "%%hostkit-platform:"

@@ -16,10 +16,10 @@ from typing import Any
 
 from pyinfra.api import FactBase
 
-from hostkit.data import host_file
+from hostkit.remote import host_file
 from hostkit.facts.parts import split_on_marker, to_int
-from hostkit.plans import SWAP_FILE_NAME
-from hostkit.profile import value_or_default
+from hostkit.plan.plans import SWAP_FILE_NAME
+from hostkit.profile.host_profile import value_or_default
 
 PART_MARKER = "%%hostkit-storage:"
 # The lsblk part's name when only the util-linux < 2.33 columns worked (no PATH).
@@ -260,7 +260,7 @@ def is_under(path: str, directory: str) -> bool:
 # Shell builtins where they do the job: on a slow host each process costs a noticeable
 # fraction of a second, and the snapshot runs this on every deploy. hk_nvme_namespace
 # matches `nvme[0-9]+n[0-9]+`: whole namespaces, not the nvme<N>c<C>n<M> nodes behind
-# NVMe multipath. The functions: hostkit/data/host/storage_helpers.sh.
+# NVMe multipath. The functions: hostkit/remote/storage_helpers.sh.
 _SHELL_HELPERS = host_file("storage_helpers.sh").removesuffix("\n")
 
 

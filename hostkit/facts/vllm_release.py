@@ -4,8 +4,8 @@ under vllm_install_root, where `current` points, and the free space there.
 
 The environment is `<root>/current` with vllm_install, else the interpreter of vllm_command
 (its #! line, or vllm_command itself when it is a python). The reading is
-hostkit/data/host/vllm_release.py, run by that interpreter under a deadline;
-hostkit/data/host/vllm_release.sh finds the interpreter and lists the venvs.
+hostkit/remote/vllm_release.py, run by that interpreter under a deadline;
+hostkit/remote/vllm_release.sh finds the interpreter and lists the venvs.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any
 
 from pyinfra.api import FactBase
 
-from hostkit.data import host_file
+from hostkit.remote import host_file
 from hostkit.facts.deadline import DEADLINE_FUNCTION, timed_out_lines
 
 # Reading metadata is quick, but the interpreter starts cold: a slow host takes seconds.

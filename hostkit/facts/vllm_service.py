@@ -1,7 +1,7 @@
 """The vLLM service as installed and running: user, files (by hash), unit state, cgroup memory, readiness.
 
 The environment file holds the API key: this fact reports its sha256, mode and owner,
-never its content. The readiness probe reads the key on the host (hostkit.readiness).
+never its content. The readiness probe reads the key on the host (hostkit.vllm.readiness).
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from pyinfra.api import FactBase
 
 from hostkit.facts.deadline import DEADLINE_FUNCTION, SYSTEMCTL_S, TIMED_OUT, timed_out_lines
 from hostkit.facts.parts import to_int
-from hostkit.plans import VLLM_ENV_FILE, VLLM_UNIT, VllmPlan
-from hostkit.readiness import Probe, probe_command
-from hostkit.vllm_unit import ENV_DIR, UNIT_PATH
+from hostkit.plan.plans import VLLM_ENV_FILE, VLLM_UNIT, VllmPlan
+from hostkit.vllm.readiness import Probe, probe_command
+from hostkit.units.vllm_unit import ENV_DIR, UNIT_PATH
 
 # cgroup v1 reports "no limit" as the largest page-aligned signed 64-bit value.
 _V1_UNLIMITED = 2**63 - 4096

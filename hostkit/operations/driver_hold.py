@@ -5,7 +5,7 @@ the old version: CUDA fails with "Driver/library version mismatch" until a reboo
 hold` keeps apt, and unattended-upgrades with it, from upgrading them; the packages are then
 upgraded on purpose (`apt-mark unhold`, upgrade, reboot). hostkit never unholds: with the key
 off it leaves holds as they are, since it cannot tell its holds from an administrator's.
-dnf hosts get a plan warning instead (hostkit.platform_findings): versionlock is a plugin
+dnf hosts get a plan warning instead (hostkit.plan.platform_findings): versionlock is a plugin
 that may be missing, and exclude= is the administrator's file.
 """
 

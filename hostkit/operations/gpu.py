@@ -13,9 +13,9 @@ from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, Host, State, operation
 
 from hostkit.facts.snapshot import SECTION_NAMES, snapshot
-from hostkit.gpu_policy import GpuPolicy, GpuVerdict, evaluate
+from hostkit.plan.gpu_policy import GpuPolicy, GpuVerdict, evaluate
 from hostkit.operations import callbacks
-from hostkit.profile import HostProfile
+from hostkit.profile.host_profile import HostProfile
 
 
 def gpu_checks_failed(state: State, host: Host, verdict: GpuVerdict) -> bool:

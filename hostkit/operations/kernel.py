@@ -1,7 +1,7 @@
 """Kernel memory tuning: sysctl values and transparent hugepages, applied live and persisted.
 
 sysctl: the wanted values go live (written to /proc/sys and read back) and into one file,
-hostkit.plans.SYSCTL_FILE, named to sort after every other sysctl.d file. A setting
+hostkit.plan.plans.SYSCTL_FILE, named to sort after every other sysctl.d file. A setting
 elsewhere conflicts with hostkit's when systemd-sysctl would apply it after hostkit's file
 at boot, so that it wins, and it sets a different value. That is:
 
@@ -63,7 +63,7 @@ from hostkit.facts.kernel import (
 )
 from hostkit.facts.snapshot import mark_changed, snapshot
 from hostkit.operations import callbacks
-from hostkit.plans import SYSCTL_FILE, THP_UNIT, VLLM_UNIT, KernelPlan
+from hostkit.plan.plans import SYSCTL_FILE, THP_UNIT, VLLM_UNIT, KernelPlan
 
 THP_CHOICES = {
     "enabled": ("always", "madvise", "never"),

@@ -37,7 +37,7 @@ from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, Host, State, StringCommand, operation
 from pyinfra.api.state import BaseStateCallback
 
-from hostkit.data import host_file
+from hostkit.remote import host_file
 from hostkit.facts.snapshot import mark_changed
 from hostkit.operations import callbacks
 

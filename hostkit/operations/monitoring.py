@@ -39,9 +39,9 @@ from hostkit.monitoring import (
     textfile_path,
 )
 from hostkit.operations.vllm_service import text_sha256
-from hostkit.plans import VLLM_UNIT
-from hostkit.profile import HostProfile
-from hostkit.readiness import probe_address
+from hostkit.plan.plans import VLLM_UNIT
+from hostkit.profile.host_profile import HostProfile
+from hostkit.vllm.readiness import probe_address
 
 APT_TIMEOUT_S = 600
 UNIT_FILES = (SERVICE_PATH, TIMER_PATH, NODE_EXPORTER_DROPIN)

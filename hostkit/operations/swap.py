@@ -43,13 +43,13 @@ from pyinfra import host
 from pyinfra.api import FunctionCommand, operation
 from pyinfra.api.exceptions import OperationValueError
 
-from hostkit.data import host_file
+from hostkit.remote import host_file
 from hostkit.facts.snapshot import mark_changed, snapshot
 from hostkit.facts.storage import SWAP_FILE_SELINUX_TYPE, TEMP_SUFFIX, FileStat, StorageInfo, is_under
 from hostkit.operations import callbacks
-from hostkit.plans import SWAP_FILE_NAME, NvmePlan, SwapPlan
-from hostkit.profile import value_or_default
-from hostkit.swap_filesystems import FILL_METHODS, swap_file_refusal
+from hostkit.plan.plans import SWAP_FILE_NAME, NvmePlan, SwapPlan
+from hostkit.profile.host_profile import value_or_default
+from hostkit.plan.swap_filesystems import FILL_METHODS, swap_file_refusal
 
 SWAP_FILE_MODE = 0o600
 # Paths go into shell scripts, fstab and awk comparisons with /proc/swaps: keep them plain.
@@ -63,7 +63,7 @@ MKFS_COMMANDS = {
     "ext4": 'mkfs.ext4 -q -U "$hk_uuid" "$hk_dev"',
     "xfs": 'mkfs.xfs -q -m uuid="$hk_uuid" "$hk_dev"',
 }
-# Shell functions every script starts with (hostkit/data/host/swap_lib.sh). Paths reach them checked against _SAFE_PATH,
+# Shell functions every script starts with (hostkit/remote/swap_lib.sh). Paths reach them checked against _SAFE_PATH,
 # so they compare equal to the (octal-escaped) fields of /proc/swaps and fstab.
 SHELL_LIB = host_file("swap_lib.sh")
 

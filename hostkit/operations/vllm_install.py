@@ -7,7 +7,7 @@ when it does not become ready.
   vllm_version, and its torch's CUDA build must run on the host's driver; otherwise the
   host fails before anything restarts;
 - with vllm_install, a release not yet installed goes into a new venv beside the old one
-  (hostkit/data/host/vllm_install.sh: free space first, pip under a deadline, a failed or
+  (hostkit/remote/vllm_install.sh: free space first, pip under a deadline, a failed or
   partial venv removed), is read back (version, CUDA build against the driver) and, on an
   upgrade, its own parser checks the flags rendered for it; only then does `current`
   switch, by the rename of a symlink (vllm_switch.sh), keeping the previous venv and
@@ -22,20 +22,19 @@ from __future__ import annotations
 
 import shlex
 from dataclasses import dataclass
-from importlib import resources
 from typing import Any
 
 from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, Host, State, StringCommand, operation
 
-from hostkit.data import host_file
+from hostkit.remote import host_file
 from hostkit.facts.snapshot import mark_changed, snapshot
 from hostkit.facts.vllm_release import READ_S, VllmReleaseFact, VllmReleaseState
-from hostkit.gather import driver_version
+from hostkit.plan.snapshot_facts import driver_version
 from hostkit.operations.callbacks import current_connector_arguments, fail_host
 from hostkit.operations.vllm_service import check_flags, wait_for_vllm
-from hostkit.plans import VLLM_UNIT, VllmPlan
-from hostkit.vllm_runtime import (
+from hostkit.plan.plans import VLLM_UNIT, VllmPlan
+from hostkit.vllm.runtime import (
     PIP_TIMEOUT_S,
     WHEELHOUSE_FACTOR,
     InstallTarget,
@@ -44,7 +43,7 @@ from hostkit.vllm_runtime import (
     release_matches,
     venvs_to_remove,
 )
-from hostkit.vllm_unit import UNIT_PATH
+from hostkit.units.vllm_unit import UNIT_PATH
 
 SAVED_UNIT = ".vllm.service.before-switch"
 # The interpreter that makes the release venvs (each release runs on the host's python3).
@@ -88,7 +87,7 @@ def runtime_step(profile: Any, state: VllmReleaseState, driver: str | None) -> R
 
 
 def host_script(name: str, settings: dict[str, str], args: list[str] = ()) -> str:
-    """hostkit/data/host/NAME with `settings` as shell variables and `args` as "$@"."""
+    """hostkit/remote/NAME with `settings` as shell variables and `args` as "$@"."""
     lines = [f"{key}={shlex.quote(value)}" for key, value in settings.items()]
     lines.append(f"set -- {shlex.join(args)}" if args else "set --")
     return "\n".join((*lines, host_file(name)))
@@ -101,7 +100,7 @@ def install_command(target: InstallTarget) -> str:
         "hk_release": target.requirement,
         "hk_needed_kib": str(target.space_needed_bytes // 1024),
         "hk_pip_timeout_s": str(PIP_TIMEOUT_S),
-        "hk_cli": resources.files("hostkit").joinpath("vllm_cli.py").read_text(),
+        "hk_cli": host_file("vllm_cli.py"),
         "hk_python": VENV_PYTHON,
         "hk_local_links": " ".join(link for link in target.find_links if link.startswith("/")),
         "hk_wheelhouse_only": "1" if target.wheelhouse_only else "0",

@@ -2,7 +2,7 @@
 
 `vllm_service` changes only what differs from the plan. A new unit is rendered to
 VERIFY_PATH and must pass `systemd-analyze verify`, and its argv must pass the host's own
-vLLM argument parser (hostkit/vllm_parse_check.py), before it replaces the installed
+vLLM argument parser (hostkit/remote/vllm_parse_check.py), before it replaces the installed
 unit: a failed check fails the host and leaves the previous unit installed and running.
 daemon-reload runs only when the unit file changed. The service restarts only for a change
 of what runs (`service_changes`): a directive that needs a restart, the environment file,
@@ -31,7 +31,6 @@ import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 from hashlib import sha256
-from importlib import resources
 from io import StringIO
 from typing import Any
 
@@ -46,6 +45,7 @@ from pyinfra.api import (
 )
 from pyinfra.api.exceptions import OperationValueError
 
+from hostkit.remote import host_file
 from hostkit.facts.snapshot import mark_changed, snapshot
 from hostkit.facts.vllm_service import (
     FileStat,
@@ -54,10 +54,10 @@ from hostkit.facts.vllm_service import (
     VllmServiceState,
 )
 from hostkit.operations.callbacks import current_connector_arguments
-from hostkit.plans import VLLM_ENV_FILE, VLLM_UNIT, VllmPlan
-from hostkit.readiness import Observation, wait_until_ready
-from hostkit.unit_changes import UnitChange, unit_change
-from hostkit.vllm_unit import (
+from hostkit.plan.plans import VLLM_ENV_FILE, VLLM_UNIT, VllmPlan
+from hostkit.vllm.readiness import Observation, wait_until_ready
+from hostkit.units.changes import UnitChange, unit_change
+from hostkit.units.vllm_unit import (
     ENV_DIR,
     HOME_DIR,
     UNIT_PATH,
@@ -134,7 +134,7 @@ def service_changes(current: VllmServiceState, unit_text: str, env_text: str) ->
     """What must change on a host in state `current` to run the unit and env file given.
 
     A new unit text restarts the service only when a directive that needs a restart
-    changed (hostkit.unit_changes); comments do not count, and limits that daemon-reload
+    changed (hostkit.units.changes); comments do not count, and limits that daemon-reload
     applies to the running unit's cgroup change without one.
     """
     install_unit = current.unit_sha256 != text_sha256(unit_text)
@@ -244,7 +244,7 @@ def verify_problems(ok: bool, output_lines: list[str], path: str = VERIFY_PATH, 
 def parse_check_command(plan: VllmPlan) -> str:
     """Run the host's vLLM argument parser on plan.argv as the service user (parse only),
     stopped after plan.parse_check_timeout_s."""
-    script = resources.files("hostkit").joinpath("vllm_parse_check.py").read_text()
+    script = host_file("vllm_parse_check.py")
     command, *args = plan.argv
     quoted_args = " ".join(shlex.quote(arg) for arg in args)
     return "\n".join((

@@ -1,4 +1,4 @@
-"""The vLLM health watchdog: hostkit/vllm_watchdog.py run by vllm-hostkit-watchdog.service.
+"""The vLLM health watchdog: hostkit/remote/vllm_watchdog.py run by vllm-hostkit-watchdog.service.
 
 `watchdog_plan` is pure (profile and vLLM plan in, file contents out) and shared by the
 deploy and `hostkit verify`. `vllm_watchdog` installs the script and the unit, checks the
@@ -14,21 +14,21 @@ from __future__ import annotations
 
 import shlex
 from dataclasses import dataclass
-from importlib import resources
 from io import StringIO
 from typing import Any
 
 from pyinfra import host
 from pyinfra.api import FactBase, FileUploadCommand, FunctionCommand, StringCommand, operation
 
+from hostkit.remote import host_file
 from hostkit import templates
 from hostkit.operations import lock
 from hostkit.operations.callbacks import current_connector_arguments
 from hostkit.operations.vllm_service import _log_lines, _script, text_sha256, verify_problems
-from hostkit.plans import VLLM_UNIT, VllmPlan
-from hostkit.readiness import probe_address
-from hostkit.systemd_directives import fit_unit
-from hostkit.vllm_unit import VERIFY_DIR, exec_line
+from hostkit.plan.plans import VLLM_UNIT, VllmPlan
+from hostkit.vllm.readiness import probe_address
+from hostkit.units.directives import fit_unit
+from hostkit.units.vllm_unit import VERIFY_DIR, exec_line
 
 WATCHDOG_UNIT = "vllm-hostkit-watchdog.service"
 WATCHDOG_UNIT_PATH = f"/etc/systemd/system/{WATCHDOG_UNIT}"
@@ -51,7 +51,7 @@ class WatchdogPlan:
 
 
 def script_text() -> str:
-    return resources.files("hostkit").joinpath("vllm_watchdog.py").read_text()
+    return host_file("vllm_watchdog.py")
 
 
 def watchdog_argv(profile: Any, vllm: VllmPlan) -> list[str]:

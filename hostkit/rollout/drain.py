@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from hostkit.profile import HostProfile
+from hostkit.profile.host_profile import HostProfile
 from hostkit.rollout import idle as idle_module
 from hostkit.rollout.gate import direct_base_url, host_base_url, run_script_on_host
 from hostkit.rollout.report import GateCheck
@@ -102,7 +102,7 @@ class Drainer:
         waits = {name: pool.spawn(self._wait_direct, name, url) for name, url in urls.items() if url is not None}
         remote = [name for name, url in urls.items() if url is None]
         if remote:
-            from hostkit.fleet import connected_hosts
+            from hostkit.fleet.connect import connected_hosts
 
             with connected_hosts(self.inventory, limit=[glob.escape(name) for name in remote]) as hosts:
                 for connected in hosts:

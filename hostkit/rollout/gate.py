@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from hostkit.profile import HostProfile
+from hostkit.profile.host_profile import HostProfile
 from hostkit.rollout import probe as probe_module
 from hostkit.rollout.pyinfra_batch import limit_args
 from hostkit.rollout.report import RELEASE_CHECK, GateCheck, GateResult
@@ -125,7 +125,7 @@ class ServiceGate:
 
         probes = {name: pool.spawn(self._probe_direct, name, url) for name, url in direct.items()}
         if remote:
-            from hostkit.fleet import connected_hosts
+            from hostkit.fleet.connect import connected_hosts
 
             with connected_hosts(self.inventory, limit=[glob.escape(name) for name in remote]) as hosts:
                 by_name = {host.name: host for host in hosts}
@@ -209,7 +209,7 @@ def run_verify(inventory: str, names: Sequence[str], cwd: str | Path | None = No
                ready_timeout: float | None = None) -> dict[str, list[GateCheck]]:
     """`hostkit verify` (its own process: it patches the stdlib for gevent and runs
     testinfra) for `names`: per host its verdict, and the vLLM release it found in service."""
-    argv = [sys.executable, "-c", "from hostkit.commands.verify import verify; verify()", inventory,
+    argv = [sys.executable, "-c", "from hostkit.cli.verify import verify; verify()", inventory,
             *limit_args(names), "--format", "json"]
     if ready_timeout is not None:
         argv += ["--ready-timeout", str(int(ready_timeout))]

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hostkit.pyinfra_runner import PyinfraRun, run_pyinfra
+from hostkit.fleet.pyinfra_runner import PyinfraRun, run_pyinfra
 
 
 @dataclass

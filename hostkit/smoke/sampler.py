@@ -18,7 +18,7 @@ from hostkit.doctor.kernel_log import (
     kernel_log_oom_command,
     parse_kernel_log,
 )
-from hostkit.plans import VLLM_UNIT
+from hostkit.plan.plans import VLLM_UNIT
 
 INTERVAL_S = 0.5
 MAX_SAMPLES = 7200  # one hour at 0.5 s: the remote loop never outlives a forgotten run by much
@@ -186,7 +186,7 @@ class LocalSampler:
 def ssh_argv_for(host: str, inventory: str | None = None) -> list[str]:
     """How to reach HOST: its inventory entry's ssh_* data, else a lab host of that name, else plain ssh."""
     if inventory:
-        from hostkit.profile import load_inventory
+        from hostkit.profile.host_profile import load_inventory
 
         for name, data in load_inventory(inventory):
             if name == host:
@@ -201,7 +201,7 @@ def ssh_argv_for(host: str, inventory: str | None = None) -> list[str]:
 
 
 def ssh_argv_from_data(name: str, data: dict) -> list[str]:
-    from hostkit.profile import SshSettings
+    from hostkit.profile.host_profile import SshSettings
 
     ssh = SshSettings.from_data(name, data)
     argv = ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", "-o", "ServerAliveInterval=5"]

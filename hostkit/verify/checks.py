@@ -2,7 +2,7 @@
 
 Every check yields a CheckResult, passing or not, with what the plan expects, what the
 host shows and how to fix a difference. The expectations come from the plan that
-`hostkit.planner.plan_host` makes from the host's profile and snapshot, exactly as the
+`hostkit.plan.planner.plan_host` makes from the host's profile and snapshot, exactly as the
 deploy makes it, and from the renderers the deploy uses (sysctl file, THP unit, vLLM unit).
 """
 
@@ -15,8 +15,8 @@ from typing import Any
 
 from hostkit.facts.kernel import THP_DIR, THP_UNIT_PATH, KernelState, sysctl_key
 from hostkit.facts.storage import SWAP_FILE_SELINUX_TYPE, StorageInfo
-from hostkit.gather import driver_version
-from hostkit.gpu_policy import GpuPolicy, evaluate
+from hostkit.plan.snapshot_facts import driver_version
+from hostkit.plan.gpu_policy import GpuPolicy, evaluate
 from hostkit.monitoring import STALE_INTERVALS, TIMER, stale_after_s
 from hostkit.operations.kernel import (
     render_sysctl_file,
@@ -29,11 +29,11 @@ from hostkit.operations.monitoring import wanted_files
 from hostkit.operations.swap import swap_fstab_line, swap_state
 from hostkit.operations.vllm_service import ENV_FILE_STAT, memory_limit_problem, text_sha256
 from hostkit.operations.watchdog import SCRIPT_PATH, WATCHDOG_UNIT, WATCHDOG_UNIT_PATH, watchdog_plan
-from hostkit.plans import SYSCTL_FILE, THP_UNIT, VLLM_ENV_FILE, VLLM_UNIT, HostPlan, KernelPlan, SwapPlan, VllmPlan
-from hostkit.sizes import MIB, format_size
+from hostkit.plan.plans import SYSCTL_FILE, THP_UNIT, VLLM_ENV_FILE, VLLM_UNIT, HostPlan, KernelPlan, SwapPlan, VllmPlan
+from hostkit.profile.sizes import MIB, format_size
 from hostkit.verify.probes import KernelLogOoms, Probes, VllmProcess
-from hostkit.vllm_runtime import InstallTarget, driver_floor, driver_problem, release_matches
-from hostkit.vllm_unit import UNIT_PATH, memory_directives, render_env, render_unit
+from hostkit.vllm.runtime import InstallTarget, driver_floor, driver_problem, release_matches
+from hostkit.units.vllm_unit import UNIT_PATH, memory_directives, render_env, render_unit
 
 # /proc/swaps leaves out the page mkswap writes its header to (4 KiB, 64 KiB on some arm64).
 SWAP_SIZE_TOLERANCE = 1 * MIB
@@ -191,7 +191,7 @@ def kernel_checks(plan: KernelPlan, kernel: KernelState, kernel_cmdline: str, ho
 
 
 def gpu_checks(profile: Any, gpu_facts: Any) -> list[CheckResult]:
-    """hostkit.gpu_policy's verdict (the deploy's own GPU gate), one result per failed check."""
+    """hostkit.plan.gpu_policy's verdict (the deploy's own GPU gate), one result per failed check."""
     verdict = evaluate(GpuPolicy.from_profile(profile), gpu_facts)
     if verdict.ok:
         summary = verdict.summary + "".join(f"; warning: {w}" for w in verdict.warnings)

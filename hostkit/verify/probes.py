@@ -1,6 +1,6 @@
 """The one extra remote command of a verification: what the snapshot does not hold.
 
-- readiness: hostkit.readiness's probe (/health, then /v1/models with the API key read on
+- readiness: hostkit.vllm.readiness's probe (/health, then /v1/models with the API key read on
   the host) repeated on the host until /health answers 200, while vllm.service is starting
   (activating, or active with the model still loading), for at most the plan's ready
   timeout. The waiting happens on the host: one remote command however long it takes.
@@ -21,12 +21,12 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass, field
 
-from hostkit.data import host_file
+from hostkit.remote import host_file
 from hostkit.facts.parts import parse_int
 from hostkit.operations.watchdog import WatchdogFact, WatchdogState
-from hostkit.plans import VLLM_UNIT, VllmPlan
-from hostkit.readiness import Probe
-from hostkit.readiness import probe_command as readiness_probe_command
+from hostkit.plan.plans import VLLM_UNIT, VllmPlan
+from hostkit.vllm.readiness import Probe
+from hostkit.vllm.readiness import probe_command as readiness_probe_command
 
 MARKER = "@@hostkit-probe:"
 OOM_LINE_LIMIT = 20
@@ -99,7 +99,7 @@ case $hk_log in *lines=0|"") hk_source=none ;; esac
 echo "source=$hk_source"; printf '%s\\n' "$hk_log"
 """
 
-# hostkit.readiness's probe prints one JSON line; json.dumps spells a ready /health this way.
+# hostkit.vllm.readiness's probe prints one JSON line; json.dumps spells a ready /health this way.
 _READY = '"health": 200'
 
 

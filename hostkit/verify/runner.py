@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from hostkit.facts.snapshot import HostSnapshot, HostSnapshotFact
-from hostkit.gather import planning_facts
-from hostkit.planner import PlanError, plan_host
+from hostkit.plan.snapshot_facts import planning_facts
+from hostkit.plan.planner import PlanError, plan_host
 from hostkit.verify.checks import CheckResult, check_host
 from hostkit.verify.probes import Probes, parse_probes, probe_command
 from hostkit.verify.targets import Target, attach_paramiko, write_ssh_config

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from hostkit.lab import Lab, LabHost
-from hostkit.pyinfra_runner import PyinfraRun, run_pyinfra, write_inventory
+from hostkit.fleet.pyinfra_runner import PyinfraRun, run_pyinfra, write_inventory
 from tests.standin.install import install_standin
 
 REPO = Path(__file__).resolve().parents[2]

@@ -173,7 +173,7 @@ class Campaign:
 def campaign(main_host, tmp_path_factory) -> Campaign:
     """Every case run once against `main_host`, the digest taken before all and after each."""
     from tests.e2e.conftest import MAIN_DEPLOY, REPO, lab_data
-    from hostkit.pyinfra_runner import run_pyinfra, write_inventory
+    from hostkit.fleet.pyinfra_runner import run_pyinfra, write_inventory
 
     directory = tmp_path_factory.mktemp("bad-input")
     before = state_digest(main_host)
@@ -194,7 +194,7 @@ def campaign(main_host, tmp_path_factory) -> Campaign:
 
 def test_the_lab_data_itself_is_valid():
     """Each case breaks exactly one thing: the data it starts from must pass validation."""
-    from hostkit.profile import profile_from_data
+    from hostkit.profile.host_profile import profile_from_data
     from tests.e2e.conftest import lab_data
 
     profile_from_data("lab", lab_data())

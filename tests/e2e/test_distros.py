@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from hostkit.facts.platform import PlatformFact, PlatformInfo
-from hostkit.pyinfra_runner import write_inventory
+from hostkit.fleet.pyinfra_runner import write_inventory
 from tests.e2e.conftest import REPO, lab_data
 from tests.standin.install import install_standin
 

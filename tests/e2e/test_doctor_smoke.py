@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from hostkit.pyinfra_runner import run_pyinfra, write_inventory
+from hostkit.fleet.pyinfra_runner import run_pyinfra, write_inventory
 from tests.e2e.conftest import MAIN_DEPLOY, REPO, lab_data
 
 pytestmark = pytest.mark.lab
@@ -47,7 +47,7 @@ def served(main_host, tmp_path_factory):
 
 
 def hostkit(*args: str, env: dict | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", "from hostkit.cli import main; main()", *args], cwd=REPO,
+    return subprocess.run([sys.executable, "-c", "from hostkit.cli.main import main; main()", *args], cwd=REPO,
                           capture_output=True, text=True, timeout=timeout, check=False, env={**os.environ, **(env or {})})
 
 
@@ -78,7 +78,7 @@ def forwarded(lab_host, remote_port: int = 8000):
 
 def smoke(served, url: str, out: Path, *extra: str) -> tuple[subprocess.Popen, Path]:
     lab_host, inventory, data = served
-    argv = [sys.executable, "-c", "from hostkit.cli import main; main()", "smoke", url,
+    argv = [sys.executable, "-c", "from hostkit.cli.main import main; main()", "smoke", url,
             "--concurrency", "20", "--requests", "60", "--max-tokens", "64", "--api-key-env", KEY_ENV,
             "--watch", lab_host.name, "--inventory", str(inventory), "--settle", "60", "--out", str(out), *extra]
     env = {**os.environ, KEY_ENV: data["vllm_api_key"]}

@@ -18,8 +18,8 @@ import time
 
 import pytest
 
-from hostkit.pyinfra_runner import write_inventory
-from hostkit.readiness import Probe, probe_command
+from hostkit.fleet.pyinfra_runner import write_inventory
+from hostkit.vllm.readiness import Probe, probe_command
 from tests.e2e.conftest import MAIN_DEPLOY, REPO, lab_data
 from tests.standin.install import install_standin
 

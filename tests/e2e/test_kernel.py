@@ -12,7 +12,7 @@ import pytest
 
 from hostkit.facts.kernel import KernelFact, KernelState
 from hostkit.operations.kernel import kernel_mismatches
-from hostkit.plans import SYSCTL_FILE, THP_UNIT, KernelPlan
+from hostkit.plan.plans import SYSCTL_FILE, THP_UNIT, KernelPlan
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from hostkit.pyinfra_runner import write_inventory
+from hostkit.fleet.pyinfra_runner import write_inventory
 
 from conftest import REPO, lab_data
 

@@ -27,8 +27,8 @@ from pathlib import Path
 import pytest
 
 from hostkit.facts.monitoring import MonitoringFact
-from hostkit.profile import profile_from_data
-from hostkit.pyinfra_runner import run_pyinfra, write_inventory
+from hostkit.profile.host_profile import profile_from_data
+from hostkit.fleet.pyinfra_runner import run_pyinfra, write_inventory
 from tests.e2e.conftest import MAIN_DEPLOY, REPO, lab_data
 from tests.e2e.test_doctor_smoke import forwarded, hostkit
 from tests.prometheus_dist import api, prometheus_server

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from hostkit.pyinfra_runner import run_pyinfra, write_inventory
+from hostkit.fleet.pyinfra_runner import run_pyinfra, write_inventory
 from tests.e2e.conftest import FLEET_DATA, MAIN_DEPLOY, REPO, lab_data
 from tests.standin.install import install_standin
 
@@ -40,7 +40,7 @@ def write_fleet(path: Path, hosts, data: dict, per_host: dict | None = None) -> 
 
 
 def rollout(inventory: Path, report: Path, *args: str) -> subprocess.CompletedProcess:
-    argv = [sys.executable, "-c", "from hostkit.cli import main; main()", "rollout", str(inventory),
+    argv = [sys.executable, "-c", "from hostkit.cli.main import main; main()", "rollout", str(inventory),
             "--deploy", str(MAIN_DEPLOY), "--report", str(report), "--gate-timeout", "20", *args]
     return subprocess.run(argv, capture_output=True, text=True, cwd=REPO, timeout=3600)
 

@@ -29,7 +29,7 @@ MAX_EXPOSURE = 2.5
 def provisioned(main_host, tmp_path_factory):
     """(host, runs): the host after a deploy of a new key, then a rerun at -vvv --debug --diff that
     rewrites the env file (a new key) so the secret passes through pyinfra while it logs all."""
-    from hostkit.pyinfra_runner import run_pyinfra, write_inventory
+    from hostkit.fleet.pyinfra_runner import run_pyinfra, write_inventory
     from tests.e2e.conftest import MAIN_DEPLOY, REPO, lab_data
 
     directory = tmp_path_factory.mktemp("security")

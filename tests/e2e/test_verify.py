@@ -26,7 +26,7 @@ UNIT = "/etc/systemd/system/vllm.service"
 
 
 def hostkit_verify(inventory: Path, *args: str) -> tuple[subprocess.CompletedProcess, float]:
-    argv = [sys.executable, "-c", "from hostkit.cli import main; main()", "verify", str(inventory), *args]
+    argv = [sys.executable, "-c", "from hostkit.cli.main import main; main()", "verify", str(inventory), *args]
     started = time.monotonic()
     proc = subprocess.run(argv, capture_output=True, text=True, cwd=REPO, timeout=1800)
     return proc, time.monotonic() - started

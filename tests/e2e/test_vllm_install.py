@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from hostkit.readiness import Probe, probe_command
+from hostkit.vllm.readiness import Probe, probe_command
 from tests.realvllm.lab_disk import pip_wheel
 from tests.standin.wheel import standin_wheel
 

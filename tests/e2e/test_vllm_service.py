@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from hostkit.readiness import Probe, probe_command
+from hostkit.vllm.readiness import Probe, probe_command
 from tests.standin.install import install_standin
 
 pytestmark = pytest.mark.lab

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from hostkit.readiness import Probe, probe_command
+from hostkit.vllm.readiness import Probe, probe_command
 
 CGROUP_PROCS = "/sys/fs/cgroup/system.slice/vllm.service/cgroup.procs"
 SHOWN = ("ActiveState", "SubState", "MainPID", "NRestarts", "Result", "InvocationID",

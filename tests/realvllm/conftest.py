@@ -4,7 +4,7 @@ What hostkit assumes about vLLM is checked here against the real server, and the
 behavioural checks run against the lab's stand-in (tests/standin) in test_conformance.py.
 The venv comes from a cached wheelhouse (wheelhouse.py), the model is made locally
 (tiny_model.py), the server is started through hostkit's `vllm` entry for distributions not
-named `vllm` (hostkit/vllm_cli.py) with flags rendered by hostkit/vllm_flags.py. Logs and
+named `vllm` (hostkit/remote/vllm_cli.py) with flags rendered by hostkit/vllm/flags.py. Logs and
 what was measured go to reports/realvllm/.
 """
 
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from hostkit.vllm_flags import render_flags
+from hostkit.vllm.flags import render_flags
 from tests.realvllm import server as srv
 from tests.net import free_port
 from tests.realvllm import tiny_model, wheelhouse
@@ -75,9 +75,9 @@ def tiny_model_dir(realvllm_python) -> Path:
 
 @pytest.fixture(scope="session")
 def vllm_cli(realvllm_python, tmp_path_factory) -> Path:
-    """hostkit/vllm_cli.py as it is installed on a host: beside the venv's python, with its #! line."""
+    """hostkit/remote/vllm_cli.py as it is installed on a host: beside the venv's python, with its #! line."""
     path = tmp_path_factory.mktemp("vllm-bin") / "vllm"
-    path.write_text(f"#!{realvllm_python}\n" + (REPO / "hostkit" / "vllm_cli.py").read_text())
+    path.write_text(f"#!{realvllm_python}\n" + (REPO / "hostkit" / "remote" / "vllm_cli.py").read_text())
     path.chmod(0o755)
     return path
 

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from hostkit.readiness import Probe, probe_command
+from hostkit.vllm.readiness import Probe, probe_command
 from tests.realvllm import server as srv
 from tests.realvllm.conftest import record
 

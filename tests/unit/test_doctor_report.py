@@ -9,7 +9,7 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from hostkit.cli import main
+from hostkit.cli.main import main
 from hostkit.doctor.gather import parse_doctor_output
 from hostkit.doctor.report import render_json, render_text
 from hostkit.doctor.rules import diagnose
@@ -73,7 +73,7 @@ def test_inventory_run_through_pyinfra_on_the_local_connector(tmp_path):
     inventory = tmp_path / "inventory.py"
     inventory.write_text('hosts = [("@local", {"vllm_enabled": False, "gpu_required": False, "swap_enabled": False})]\n')
     result = subprocess.run(
-        [sys.executable, "-c", "from hostkit.cli import main; main()", "doctor", str(inventory), "--format", "json"],
+        [sys.executable, "-c", "from hostkit.cli.main import main; main()", "doctor", str(inventory), "--format", "json"],
         capture_output=True, text=True, timeout=120, check=False,
     )
     document = json.loads(result.stdout)
@@ -92,7 +92,7 @@ def test_unreachable_inventory_host_exits_3(tmp_path):
     inventory.write_text('hosts = [("gone", {"ssh_hostname": "127.0.0.1", "ssh_port": 1, "ssh_connect_retries": 0,'
                          ' "vllm_enabled": False})]\n')
     result = subprocess.run(
-        [sys.executable, "-c", "from hostkit.cli import main; main()", "doctor", str(inventory)],
+        [sys.executable, "-c", "from hostkit.cli.main import main; main()", "doctor", str(inventory)],
         capture_output=True, text=True, timeout=120, check=False,
     )
     assert result.returncode == 3, result.stderr[-2000:]

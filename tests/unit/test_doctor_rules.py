@@ -11,8 +11,8 @@ from hostkit.doctor.gather import parse_doctor_output
 from hostkit.doctor.inputs import VllmProcess
 from hostkit.doctor.report import EXIT_CRITICAL, EXIT_OK, EXIT_UNREACHABLE, exit_code
 from hostkit.doctor.rules import Severity, diagnose, host_reserve
-from hostkit.profile import HostProfile
-from hostkit.sizes import GIB, MIB
+from hostkit.profile.host_profile import HostProfile
+from hostkit.profile.sizes import GIB, MIB
 
 FIXTURES = Path(__file__).parent / "fixtures" / "doctor"
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from hostkit.doctor.vllm_args import effective_settings, human_int, parse_server_args
-from hostkit.vllm_flags import flags_for
+from hostkit.vllm.flags import flags_for
 
 
 def test_serve_with_inline_values_switches_and_short_options():

@@ -6,7 +6,7 @@ from hostkit.facts.gpu import GpuFacts
 from hostkit.facts.snapshot import HostSnapshot
 from hostkit.facts.storage import StorageFact
 from hostkit.facts.system import SystemFact
-from hostkit.gather import planning_facts
+from hostkit.plan.snapshot_facts import planning_facts
 
 FIXTURES = Path(__file__).parent / "fixtures" / "storage"
 

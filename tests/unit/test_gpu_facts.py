@@ -18,7 +18,7 @@ from hostkit.facts.gpu import (
     parse_xid_line,
 )
 from hostkit.facts.snapshot import MARKER, SECTIONS, parse_sections
-from hostkit.gpu_policy import GpuPolicy, evaluate
+from hostkit.plan.gpu_policy import GpuPolicy, evaluate
 
 FIXTURES = Path(__file__).parent / "fixtures" / "gpu"
 REFERENCE = FIXTURES / "h200-1gpu"

@@ -14,8 +14,8 @@ from pyinfra.operations import python
 import hostkit.operations.gpu as gpu_operations
 from hostkit.facts.gpu import GpuFacts, parse_gpu_output
 from hostkit.facts.snapshot import HostSnapshot
-from hostkit.gpu_policy import XID_RULES, GpuPolicy, evaluate, version_tuple, versions_match
-from hostkit.profile import HostProfile
+from hostkit.plan.gpu_policy import XID_RULES, GpuPolicy, evaluate, version_tuple, versions_match
+from hostkit.profile.host_profile import HostProfile
 
 FIXTURES = Path(__file__).parent / "fixtures" / "gpu"
 

@@ -24,7 +24,7 @@ from hostkit.facts.kernel import (
 )
 from hostkit.facts.system import SystemFact
 from hostkit.operations import kernel
-from hostkit.plans import SYSCTL_FILE, KernelPlan
+from hostkit.plan.plans import SYSCTL_FILE, KernelPlan
 from tests.unit.op_host import OpHost, refusal_text
 
 PLAN = KernelPlan(

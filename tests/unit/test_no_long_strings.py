@@ -1,4 +1,4 @@
-"""Host-side shell and Python live in files of their own (hostkit/data/host/), read as
+"""Host-side shell and Python live in files of their own (hostkit/remote/), read as
 package data, not in long Python strings: no string literal of 12 or more lines under
 hostkit/ other than docstrings. And every host file a module names is there."""
 
@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 
 import hostkit
-from hostkit.data import host_file
+from hostkit.remote import host_file
 
 PACKAGE = Path(hostkit.__file__).parent
 MAX_LINES = 11
@@ -56,7 +56,7 @@ def test_no_long_string_literal_under_hostkit():
     offenders = [f"{path.relative_to(PACKAGE.parent)}:{line} ({lines} lines)"
                  for path in sorted(PACKAGE.rglob("*.py")) if "data" not in path.relative_to(PACKAGE).parts
                  for line, lines in long_strings(path.read_text())]
-    assert not offenders, "move these into files under hostkit/data/host/: " + ", ".join(offenders)
+    assert not offenders, "move these into files under hostkit/remote/: " + ", ".join(offenders)
 
 
 def test_every_host_file_named_in_hostkit_exists():

@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from hostkit.commands.plan import plan
-from hostkit.planning_facts import PlanningFacts
+from hostkit.cli.plan import plan
+from hostkit.plan.planning_facts import PlanningFacts
 
 FIXTURES = Path(__file__).parent / "fixtures" / "plan"
 SECRETS = ("sk-plan-fixture-secret", "hf_plan_fixture_token")
@@ -121,9 +121,9 @@ def test_without_facts_the_hosts_are_asked_through_hostkit_gather(monkeypatch):
         calls.append((inventory_path, limit))
         return {name: recorded[name] for name in ("gpu-a1",)}
 
-    fake = types.ModuleType("hostkit.gather")
+    fake = types.ModuleType("hostkit.plan.snapshot_facts")
     fake.gather_planning_facts = gather_planning_facts
-    monkeypatch.setitem(sys.modules, "hostkit.gather", fake)
+    monkeypatch.setitem(sys.modules, "hostkit.plan.snapshot_facts", fake)
     result = run("inventory.py", "--limit", "gpu-a1", "--format", "json")
     assert result.exit_code == 0, result.output
     assert calls == [("inventory.py", ["gpu-a1"])]

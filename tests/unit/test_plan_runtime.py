@@ -1,10 +1,10 @@
 """The vLLM release in the plan: installed and target release, install source, driver and
-CUDA requirement (hostkit.planner._runtime_plan, hostkit.commands.plan.runtime_lines)."""
+CUDA requirement (hostkit.plan.planner._runtime_plan, hostkit.cli.plan.runtime_lines)."""
 
-from hostkit.commands.plan import runtime_lines
-from hostkit.planner import plan_host
-from hostkit.planning_facts import InstalledVllmFact
-from hostkit.profile import profile_from_data
+from hostkit.cli.plan import runtime_lines
+from hostkit.plan.planner import plan_host
+from hostkit.plan.planning_facts import InstalledVllmFact
+from hostkit.profile.host_profile import profile_from_data
 from tests.unit.test_planner import QWEN7, facts
 
 CUDA_13 = InstalledVllmFact(package="vllm", version="0.33.0", torch="2.14.0", cuda="13.0",

@@ -1,11 +1,11 @@
 import pytest
 
-from hostkit import model_catalog
-from hostkit.model_catalog import ModelConfigError, spec_from_hf_config
-from hostkit.planner import PlanError, plan_host
-from hostkit.planning_facts import FilesystemFact, GpuFact, NvmeDeviceFact, PlanningFacts, SwapFact
-from hostkit.profile import profile_from_data
-from hostkit.sizes import GIB, KIB, MIB, format_size
+from hostkit.vllm import model_catalog
+from hostkit.vllm.model_catalog import ModelConfigError, spec_from_hf_config
+from hostkit.plan.planner import PlanError, plan_host
+from hostkit.plan.planning_facts import FilesystemFact, GpuFact, NvmeDeviceFact, PlanningFacts, SwapFact
+from hostkit.profile.host_profile import profile_from_data
+from hostkit.profile.sizes import GIB, KIB, MIB, format_size
 
 QWEN7 = "Qwen/Qwen2.5-7B-Instruct"
 LLAMA8 = "meta-llama/Llama-3.1-8B-Instruct"
@@ -202,7 +202,7 @@ def test_swap_on_tmpfs_is_refused():
 
 
 def test_the_plan_refuses_every_filesystem_the_deploy_refuses():
-    """One rule (hostkit.swap_filesystems): a vfat or f2fs NVMe that the deploy's swap step would
+    """One rule (hostkit.plan.swap_filesystems): a vfat or f2fs NVMe that the deploy's swap step would
     refuse is refused at plan time, and auto picks a filesystem the deploy accepts."""
     for fstype in ("vfat", "f2fs", "zfs"):
         odd = nvme_fs("/mnt/odd", avail=900 * GIB, fstype=fstype)
@@ -316,7 +316,7 @@ def test_auto_swap_max_ignores_a_small_swap_resize():
 
 
 def test_small_auto_limits_move_in_128_mib_steps():
-    from hostkit.planner import auto_limit
+    from hostkit.plan.planner import auto_limit
 
     assert auto_limit(8 * GIB - 1) == 8 * GIB - 128 * MIB
     assert auto_limit(8 * GIB + 1000 * MIB) == 8 * GIB
@@ -359,7 +359,7 @@ def test_cpu_offload_counts_against_host_ram():
 
 
 def test_qwen_7b_on_one_h200_by_hand():
-    # vLLM 0.33.0 (the default release) on the reference H200, every term of hostkit.vllm_memory.
+    # vLLM 0.33.0 (the default release) on the reference H200, every term of hostkit.plan.vllm_memory.
     result = plan({"vllm_gpu_memory_utilization": 0.9, "vllm_max_num_seqs": "auto"})
     sizing = result.vllm.sizing
     seen = 143771 * MIB - int(0.60 * GIB)  # nvidia-smi total minus the H200 driver reserve

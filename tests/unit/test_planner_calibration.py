@@ -15,15 +15,15 @@ from pathlib import Path
 
 import pytest
 
-from hostkit.planner import PlanError, plan_host
-from hostkit.planning_facts import GpuFact, PlanningFacts
-from hostkit.profile import profile_from_data
-from hostkit.sizes import GIB, MIB
-from hostkit.vllm_memory import driver_reserved
+from hostkit.plan.planner import PlanError, plan_host
+from hostkit.plan.planning_facts import GpuFact, PlanningFacts
+from hostkit.profile.host_profile import profile_from_data
+from hostkit.profile.sizes import GIB, MIB
+from hostkit.plan.vllm_memory import driver_reserved
 
 FIXTURE = Path(__file__).parent / "fixtures" / "calibration" / "vllm_startups.json"
 CASES = json.loads(FIXTURE.read_text())["cases"]
-# The cases hostkit.vllm_memory's fitted constants were fitted on (see each constant's
+# The cases hostkit.plan.vllm_memory's fitted constants were fitted on (see each constant's
 # comment); the summary reports the others, held out, on their own too.
 FITTED = {
     "v0.19.0-meta-llama-llama-3-1-8b---h100-80gb--tp1pp1dp1--8192",

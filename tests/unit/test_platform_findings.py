@@ -7,8 +7,8 @@ from pathlib import Path
 
 from hostkit.facts.platform import PLATFORM_PYTHON, PlatformFact, PlatformInfo
 from hostkit.operations.driver_hold import hold_command
-from hostkit.platform_findings import platform_findings
-from hostkit.profile import profile_from_data
+from hostkit.plan.platform_findings import platform_findings
+from hostkit.profile.host_profile import profile_from_data
 
 FIXTURES = Path(__file__).parent / "fixtures" / "platform"
 MODEL = "Qwen/Qwen2.5-0.5B-Instruct"

@@ -3,8 +3,8 @@ from pathlib import Path
 import pytest
 from pydantic import SecretStr
 
-from hostkit.profile import HostProfile, ProfileError, load_inventory, profile_from_data, validate_inventory
-from hostkit.sizes import GIB
+from hostkit.profile.host_profile import HostProfile, ProfileError, load_inventory, profile_from_data, validate_inventory
+from hostkit.profile.sizes import GIB
 
 FIXTURES = Path(__file__).parent / "fixtures" / "plan"
 MODEL = "Qwen/Qwen2.5-7B-Instruct"

@@ -1,4 +1,4 @@
-"""hostkit.readiness's on-host probe, run as the host runs it (`sh -c`), against a local
+"""hostkit.vllm.readiness's on-host probe, run as the host runs it (`sh -c`), against a local
 server that answers canned HTTP and records what it was asked."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from hostkit.facts.platform import PLATFORM_PYTHON
-from hostkit.readiness import Probe, probe_command
+from hostkit.vllm.readiness import Probe, probe_command
 
 KEY = 'k"$1 \\x'
 MODELS = json.dumps({"object": "list", "data": [{"id": "lab"}]}).encode()

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from hostkit.profile import HostProfile
+from hostkit.profile.host_profile import HostProfile
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 # Defaults the README gives in words: the declared default is None and something else

@@ -5,9 +5,9 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from hostkit.cli import main
-from hostkit.profile import ProfileError
-from hostkit.pyinfra_runner import write_inventory
+from hostkit.cli.main import main
+from hostkit.profile.host_profile import ProfileError
+from hostkit.fleet.pyinfra_runner import write_inventory
 from hostkit.rollout import fleet_rollout, rollout
 from hostkit.rollout.pyinfra_batch import BatchDeploy, HostDeploy
 from hostkit.rollout.report import GateResult

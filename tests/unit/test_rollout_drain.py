@@ -10,7 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from hostkit.profile import ProfileError, profile_from_data
+from hostkit.profile.host_profile import ProfileError, profile_from_data
 from hostkit.rollout.batches import BatchSpecError, limit_unavailable, parse_batches, parse_max_failed, \
     parse_max_unavailable, split_batches
 from hostkit.rollout.drain import run_hook

@@ -6,7 +6,7 @@ import json
 import shutil
 from pathlib import Path
 
-from hostkit.pyinfra_runner import PyinfraRun
+from hostkit.fleet.pyinfra_runner import PyinfraRun
 from hostkit.rollout.pyinfra_batch import PyinfraBatchDeployer, limit_args, read_batch, redact
 
 FIXTURES = Path(__file__).parent / "fixtures" / "rollout"

@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from hostkit.commands.plan import plan_as_json, plan_as_text
+from hostkit.cli.plan import plan_as_json, plan_as_text
 from hostkit.facts.snapshot import HostSnapshotFact
-from hostkit.gather import planning_facts
-from hostkit.planner import plan_host
-from hostkit.planning_facts import PlanningFacts
-from hostkit.profile import SECRET_ENV, ProfileError, mask, profile_from_data
-from hostkit.vllm_flags import RESERVED_OPTIONS
-from hostkit.vllm_unit import UnitError, render_env, render_unit
+from hostkit.plan.snapshot_facts import planning_facts
+from hostkit.plan.planner import plan_host
+from hostkit.plan.planning_facts import PlanningFacts
+from hostkit.profile.host_profile import SECRET_ENV, ProfileError, mask, profile_from_data
+from hostkit.vllm.flags import RESERVED_OPTIONS
+from hostkit.units.vllm_unit import UnitError, render_env, render_unit
 
 RUN = Path(__file__).parent / "fixtures" / "gpu" / "h200-serving"
 

@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 from smoke_fake_server import fake_server
 
-from hostkit.cli import main
+from hostkit.cli.main import main
 from hostkit.doctor.kernel_log import KernelLog
 from hostkit.smoke import run as smoke_run_module
 from hostkit.smoke.load import LoadResult, RequestResult

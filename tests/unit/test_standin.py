@@ -17,12 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from hostkit.readiness import Probe, probe_command
+from hostkit.vllm.readiness import Probe, probe_command
 from tests.standin.install import standin_archive, standin_files
 from tests.net import free_port
 
 FIXTURES = Path(__file__).parent / "fixtures" / "vllm"
-PARSE_CHECK = Path(__file__).resolve().parents[2] / "hostkit" / "vllm_parse_check.py"
+PARSE_CHECK = Path(__file__).resolve().parents[2] / "hostkit" / "remote" / "vllm_parse_check.py"
 
 
 def install(prefix: Path, version: str) -> Path:
@@ -91,7 +91,7 @@ def test_the_archive_holds_the_installed_layout():
     with tarfile.open(fileobj=io.BytesIO(standin_archive("0.20.0"))) as archive:
         names = {member.name: member.mode for member in archive.getmembers()}
     assert names["bin/vllm"] == 0o755
-    assert "lib/vllm-standin/hostkit/data/vllm_flags/flags.json" in names
+    assert "lib/vllm-standin/hostkit/vllm/flags.json" in names
 
 
 @pytest.mark.parametrize("crash", [{"VLLM_STANDIN_CRASH": "1"}, {}])

@@ -29,7 +29,7 @@ from hostkit.facts.storage import (
     parse_proc_swaps,
 )
 from hostkit.operations import swap
-from hostkit.plans import NvmePlan, SwapPlan
+from hostkit.plan.plans import NvmePlan, SwapPlan
 from hostkit.verify.checks import swap_checks
 
 FIXTURES = Path(__file__).parent / "fixtures" / "storage"

@@ -29,7 +29,7 @@ from hostkit.facts.storage import (
     SwapArea,
 )
 from hostkit.operations import swap
-from hostkit.plans import NvmePlan, SwapPlan
+from hostkit.plan.plans import NvmePlan, SwapPlan
 from hostkit.verify.checks import swap_checks
 from tests.unit.op_host import OpHost, refusal_text
 

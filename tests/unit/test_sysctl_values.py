@@ -11,10 +11,10 @@ from hostkit.facts.kernel import KernelFact
 from hostkit.facts.snapshot import HostSnapshot
 from hostkit.facts.storage import StorageFact
 from hostkit.facts.system import SystemFact
-from hostkit.gather import planning_facts
-from hostkit.planner import PlanError, plan_host
-from hostkit.profile import profile_from_data
-from hostkit.sysctl_values import kernel_version, value_problem
+from hostkit.plan.snapshot_facts import planning_facts
+from hostkit.plan.planner import PlanError, plan_host
+from hostkit.profile.host_profile import profile_from_data
+from hostkit.plan.sysctl_values import kernel_version, value_problem
 
 FIXTURES = Path(__file__).parent / "fixtures" / "kernel"
 KERNEL = KernelFact().process((FIXTURES / "profile-keys-6.18.txt").read_text().splitlines())

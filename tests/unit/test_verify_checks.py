@@ -10,16 +10,16 @@ import pytest
 
 from hostkit.facts.kernel import ThpSetting
 from hostkit.facts.snapshot import HostSnapshot, HostSnapshotFact
-from hostkit.gather import planning_facts
+from hostkit.plan.snapshot_facts import planning_facts
 from hostkit.operations.kernel import kernel_mismatches
 from hostkit.operations.swap import swap_steps
 from hostkit.operations.vllm_service import service_changes
-from hostkit.planner import plan_host
-from hostkit.profile import profile_from_data
-from hostkit.readiness import Probe
+from hostkit.plan.planner import plan_host
+from hostkit.profile.host_profile import profile_from_data
+from hostkit.vllm.readiness import Probe
 from hostkit.verify.checks import AREAS, check_host, server_argv
 from hostkit.verify.probes import KernelLogOoms, Probes, Readiness, parse_probes
-from hostkit.vllm_unit import render_env, render_unit
+from hostkit.units.vllm_unit import render_env, render_unit
 from verify_replay import LAB_DATA, SECRET, probed_today, recorded, rendered_today
 
 SWAP = "/mnt/nvme/vllm-hostkit.swap"

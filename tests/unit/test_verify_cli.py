@@ -15,7 +15,7 @@ from verify_replay import LAB_DATA
 
 
 def hostkit(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    argv = [sys.executable, "-c", "from hostkit.cli import main; main()", *args]
+    argv = [sys.executable, "-c", "from hostkit.cli.main import main; main()", *args]
     return subprocess.run(argv, capture_output=True, text=True, cwd=cwd, timeout=300)
 
 

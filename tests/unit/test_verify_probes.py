@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from hostkit.plans import VllmPlan
+from hostkit.plan.plans import VllmPlan
 from hostkit.verify.probes import parse_probes, probe_command
 from tests.net import free_port
 

@@ -1,4 +1,4 @@
-"""hostkit/vllm_cli.py: vLLM's CLI is told the version of the distribution it came from."""
+"""hostkit/remote/vllm_cli.py: vLLM's CLI is told the version of the distribution it came from."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "hostkit" / "vllm_cli.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "hostkit" / "remote" / "vllm_cli.py"
 
 
 @pytest.fixture

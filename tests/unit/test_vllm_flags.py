@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from hostkit.vllm_flags import (
+from hostkit.vllm.flags import (
     FlagError,
     flags_for,
     known_versions,

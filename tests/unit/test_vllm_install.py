@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 
 from hostkit.facts.vllm_release import InstalledRelease, VllmReleaseFact, VllmReleaseState
-from hostkit import vllm_runtime
+from hostkit.vllm import runtime as vllm_runtime
 from hostkit.operations import vllm_install
 from hostkit.operations.vllm_install import RuntimeStep, install_command, runtime_step, switch_command
-from hostkit.profile import profile_from_data
-from hostkit.vllm_runtime import InstallTarget
+from hostkit.profile.host_profile import profile_from_data
+from hostkit.vllm.runtime import InstallTarget
 
 
 def profile(**data):
@@ -229,7 +229,7 @@ def test_the_standin_wheel_installs_and_runs_through_hostkits_entry_point(tmp_pa
     assert sh(install_command(wanted)).returncode == 0
     entry = f"{wanted.venv}/bin/hostkit-vllm"
     assert sh(f"{entry} --version").stdout.strip() == "0.33.0"
-    check = Path(vllm_install.__file__).parents[1] / "vllm_parse_check.py"
+    check = Path(vllm_install.__file__).parents[1] / "remote" / "vllm_parse_check.py"
     parse = f"{wanted.venv}/bin/python {check} {entry} serve m --port 8000"
     assert sh(f"{parse} --disable-chunked-prefill").returncode == 0  # 0.33.0's spelling
     assert sh(f"{parse} --no-enable-chunked-prefill").returncode == 2  # 0.17.1's

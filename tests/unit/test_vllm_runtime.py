@@ -1,4 +1,4 @@
-"""hostkit/vllm_runtime.py: the install layout, pip's command line and the driver floor,
+"""hostkit/vllm/runtime.py: the install layout, pip's command line and the driver floor,
 the floor checked against the driver versions of recorded real nvidia-smi outputs."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from hostkit.facts.gpu import parse_gpu_output
-from hostkit.profile import profile_from_data
-from hostkit.vllm_runtime import (
+from hostkit.profile.host_profile import profile_from_data
+from hostkit.vllm.runtime import (
     InstallTarget,
     driver_floor,
     driver_problem,
@@ -130,7 +130,7 @@ def test_older_venvs_are_removed_the_current_and_previous_kept():
 
 
 def test_the_release_probe_on_a_real_h200_reads_torchs_cuda_build_without_importing_it():
-    """device-run/vllm-release-*.txt: hostkit/data/host/vllm_release.{sh,py} run on the H200 machine
+    """device-run/vllm-release-*.txt: hostkit/remote/vllm_release.{sh,py} run on the H200 machine
     (2026-12-01) with its torch venv's python as vllm_command; torch imported there said
     2.11.0+cu130, CUDA 13.0; the driver is 580.159.04."""
     from hostkit.facts.vllm_release import VllmReleaseFact

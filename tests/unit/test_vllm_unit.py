@@ -27,9 +27,9 @@ from hostkit.facts.vllm_service import (
     VllmServiceState,
 )
 from hostkit.operations import vllm_service as ops
-from hostkit.plans import VLLM_ENV_FILE, VllmPlan
-from hostkit.readiness import Observation, Probe, probe_address, wait_until_ready
-from hostkit.vllm_unit import (
+from hostkit.plan.plans import VLLM_ENV_FILE, VllmPlan
+from hostkit.vllm.readiness import Observation, Probe, probe_address, wait_until_ready
+from hostkit.units.vllm_unit import (
     UNIT_PATH,
     VERIFY_PATH,
     UnitError,

@@ -12,11 +12,11 @@ import pytest
 from pyinfra.api import FileUploadCommand, FunctionCommand
 from pyinfra.context import ctx_host
 
-from hostkit import vllm_watchdog as wd
+from hostkit.remote import vllm_watchdog as wd
 from hostkit.operations import watchdog as op
 from hostkit.operations.vllm_service import text_sha256, verify_problems
-from hostkit.profile import profile_from_data
-from hostkit.vllm_unit import env_file_value
+from hostkit.profile.host_profile import profile_from_data
+from hostkit.units.vllm_unit import env_file_value
 from tests.unit.test_standin import standins, start  # noqa: F401 (fixture)
 from tests.unit.test_vllm_unit import PLAN, local_systemd_version, needs_systemd_analyze
 
@@ -301,7 +301,7 @@ def test_the_script_restarts_a_500ing_server_and_journals_why(standins, tmp_path
     env_file.write_text('VLLM_API_KEY="k"\n')
     process, base = start(standins, VLLM_STANDIN_FAULT="health-500")
     state = tmp_path / "watchdog.json"
-    argv = ["python3", "-I", str(op.resources.files("hostkit").joinpath("vllm_watchdog.py")), "--url", base,
+    argv = ["python3", "-I", wd.__file__, "--url", base,
             "--model", "lab", "--interval", "1", "--failures", "2", "--max-restarts-per-hour", "1",
             "--state", str(state), "--env-file", str(env_file), "--lock", str(tmp_path / "no.lock")]
     environment = {"PATH": f"{bin_dir}:/usr/bin:/bin", "FAKE_SYSTEMCTL_DIR": str(tmp_path)}

@@ -15,14 +15,14 @@ from testinfra.backend.base import CommandResult
 
 from hostkit.facts.snapshot import MARKER as SNAPSHOT_MARKER
 from hostkit.facts.snapshot import HostSnapshotFact
-from hostkit.gather import planning_facts
+from hostkit.plan.snapshot_facts import planning_facts
 from hostkit.operations.kernel import render_sysctl_file, render_thp_unit
 from hostkit.operations.vllm_service import text_sha256
 from hostkit.operations.watchdog import watchdog_plan
-from hostkit.planner import plan_host
-from hostkit.profile import profile_from_data
+from hostkit.plan.planner import plan_host
+from hostkit.profile.host_profile import profile_from_data
 from hostkit.verify.probes import MARKER as PROBE_MARKER
-from hostkit.vllm_unit import render_env, render_unit
+from hostkit.units.vllm_unit import render_env, render_unit
 
 FIXTURES = Path(__file__).parent / "fixtures" / "verify"
 SECRET = "lab-secret-not-for-production"

@@ -9,7 +9,7 @@ from pyinfra import host
 
 from hostkit.deploy import current_plan
 from hostkit.operations import swap
-from hostkit.plans import NvmePlan, SwapPlan
+from hostkit.plan.plans import NvmePlan, SwapPlan
 
 profile, plan = current_plan()
 nvme = NvmePlan(**host.data.e2e_nvme_plan) if host.data.get("e2e_nvme_plan") else plan.nvme

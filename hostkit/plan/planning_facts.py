@@ -1,6 +1,6 @@
 """What the planner needs to know about a host, as plain JSON-serialisable data.
 
-Gathered from a host snapshot (hostkit.gather) or loaded from a recorded file
+Gathered from a host snapshot (hostkit.plan.snapshot_facts) or loaded from a recorded file
 (`hostkit plan --facts FILE`, a JSON object {host name: PlanningFacts}).
 """
 
@@ -96,7 +96,7 @@ class PlanningFacts(_Facts):
     gpus: list[GpuFact] = Field(default_factory=list)
     # Contents of <vllm_model>/config.json on the host, when vllm_model is a local directory.
     model_config_json: dict[str, Any] | None = None
-    # SELinux, tuned, the probes' python, driver upgrades (hostkit.platform_findings reads it).
+    # SELinux, tuned, the probes' python, driver upgrades (hostkit.plan.platform_findings reads it).
     platform: PlatformInfo | None = None
     vllm_installed: InstalledVllmFact | None = None
     driver_version: str | None = None  # the NVIDIA driver CUDA talks to (NVML's, else the kernel module's)

@@ -5,12 +5,12 @@ from __future__ import annotations
 import click
 
 from hostkit import __version__
-from hostkit.commands.doctor import doctor
-from hostkit.commands.lab import lab
-from hostkit.commands.smoke import smoke
-from hostkit.commands.plan import plan
-from hostkit.commands.rollout import rollout
-from hostkit.commands.verify import verify
+from hostkit.cli.doctor import doctor
+from hostkit.cli.lab import lab
+from hostkit.cli.smoke import smoke
+from hostkit.cli.plan import plan
+from hostkit.cli.rollout import rollout
+from hostkit.cli.verify import verify
 
 
 @click.group()

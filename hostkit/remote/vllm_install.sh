@@ -1,6 +1,6 @@
 # hostkit's vLLM release install (hostkit.operations.vllm_install). Set before it: hk_root,
 # hk_venv, hk_release (package==version), hk_needed_kib, hk_pip_timeout_s, hk_cli (the
-# entry point's text, hostkit/vllm_cli.py), hk_python (the interpreter that makes the venv),
+# entry point's text, hostkit/remote/vllm_cli.py), hk_python (the interpreter that makes the venv),
 # hk_local_links (the find-links directories), hk_wheelhouse_only (1: those alone, no index)
 # with hk_wheelhouse_factor, and the pip install command line as "$@".
 # A failed or partial install is removed; nothing outside hk_venv changes before it is complete.

@@ -1,6 +1,6 @@
 """Which `vllm serve` options each vLLM release accepts, and how to spell them.
 
-The data (data/vllm_flags/flags.json) was read from the argparse parsers of eight real
+The data (vllm/flags.json) was read from the argparse parsers of eight real
 releases; 0.4.3 has no `vllm serve`, its parser is the one behind
 `python -m vllm.entrypoints.openai.api_server`. vLLM exits at once on an option it does
 not know, so a systemd unit with one crash-loops: hostkit renders only options that the
@@ -166,7 +166,7 @@ class FlagSet:
 
 @cache
 def _data() -> dict[str, Any]:
-    text = resources.files("hostkit").joinpath("data/vllm_flags/flags.json").read_text()
+    text = resources.files("hostkit").joinpath("vllm/flags.json").read_text()
     return json.loads(text)
 
 

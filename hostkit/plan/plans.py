@@ -39,7 +39,7 @@ class KernelPlan(_Plan):
 
 
 class MemoryTermPlan(_Plan):
-    """One term of the GPU memory arithmetic (see hostkit.vllm_memory for its source)."""
+    """One term of the GPU memory arithmetic (see hostkit.plan.vllm_memory for its source)."""
 
     name: str
     bytes: int
@@ -48,7 +48,7 @@ class MemoryTermPlan(_Plan):
 
 
 class VllmSizing(_Plan):
-    """GPU memory arithmetic behind the vLLM settings, per GPU (see hostkit.vllm_memory)."""
+    """GPU memory arithmetic behind the vLLM settings, per GPU (see hostkit.plan.vllm_memory)."""
 
     model: str
     tensor_parallel_size: int
@@ -91,7 +91,7 @@ class VllmPlan(_Plan):
     memory_high_bytes: int | None = None
     memory_swap_max_bytes: int | None = None
     cgroup_version: int = 2
-    systemd_version: int | None = None  # the unit uses only directives it has (hostkit.systemd_directives)
+    systemd_version: int | None = None  # the unit uses only directives it has (hostkit.units.directives)
     host: str = "0.0.0.0"
     port: int = 8000
     served_model_name: str = ""

@@ -17,7 +17,7 @@ Rules, so that `hostkit plan` output can be checked by hand:
   Each "auto" limit is rounded down to a whole GiB (to 128 MiB below 8 GiB), so that a
   MemTotal that drifts by a few MiB (a kernel update) or a slightly resized swap file
   leaves it where it was. MemoryHigh= and MemorySwapMax= are cgroup v2 only.
-- vLLM sizing, per GPU (hostkit.vllm_memory, every term with its source): KV cache =
+- vLLM sizing, per GPU (hostkit.plan.vllm_memory, every term with its source): KV cache =
   utilization x (nvidia-smi total - driver reserve) - weights / TP - activation peak of the
   profiled batch - non-torch memory (communication buffers when TP > 1) - CUDA graphs (from
   0.21); KV bytes/token = 2 x layers x max(1, kv_heads // TP) x head_dim x KV dtype bytes.
@@ -33,11 +33,12 @@ from __future__ import annotations
 import posixpath
 from dataclasses import dataclass, field
 
-from hostkit import model_catalog, sysctl_values, vllm_memory
-from hostkit.model_catalog import ModelConfigError, ModelSpec
-from hostkit.planning_facts import FilesystemFact, GpuFact, NvmeDeviceFact, PlanningFacts
-from hostkit.platform_findings import platform_findings
-from hostkit.plans import (
+from hostkit.plan import sysctl_values, vllm_memory
+from hostkit.vllm import model_catalog
+from hostkit.vllm.model_catalog import ModelConfigError, ModelSpec
+from hostkit.plan.planning_facts import FilesystemFact, GpuFact, NvmeDeviceFact, PlanningFacts
+from hostkit.plan.platform_findings import platform_findings
+from hostkit.plan.plans import (
     SWAP_FILE_NAME,
     HostPlan,
     KernelPlan,
@@ -48,12 +49,12 @@ from hostkit.plans import (
     VllmRuntimePlan,
     VllmSizing,
 )
-from hostkit.profile import HostProfile, mask
-from hostkit.sizes import GIB, MIB, format_size
-from hostkit.swap_filesystems import swap_file_refusal
-from hostkit.vllm_flags import FlagError, flags_for, known_versions, parse_version, render_flags
-from hostkit.vllm_runtime import InstallTarget, driver_floor, driver_problem, mismatch_problem
-from hostkit.vllm_unit import unit_notes
+from hostkit.profile.host_profile import HostProfile, mask
+from hostkit.profile.sizes import GIB, MIB, format_size
+from hostkit.plan.swap_filesystems import swap_file_refusal
+from hostkit.vllm.flags import FlagError, flags_for, known_versions, parse_version, render_flags
+from hostkit.vllm.runtime import InstallTarget, driver_floor, driver_problem, mismatch_problem
+from hostkit.units.vllm_unit import unit_notes
 
 SWAP_AUTO_MIN = 8 * GIB
 SWAP_AUTO_MAX = 16 * GIB

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from hostkit.facts.gpu import GpuDevice, GpuFacts
 
 if TYPE_CHECKING:
-    from hostkit.profile import HostProfile
+    from hostkit.profile.host_profile import HostProfile
 
 REQUIRED_MODULES = ("nvidia", "nvidia_uvm")
 

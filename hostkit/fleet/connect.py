@@ -20,7 +20,7 @@ from pyinfra.api.connect import connect_all, disconnect_all  # noqa: E402
 from pyinfra.context import ctx_state  # noqa: E402
 from pyinfra_cli.inventory import make_inventory_from_files  # noqa: E402
 
-from hostkit.profile import limited_hosts  # noqa: E402
+from hostkit.profile.host_profile import limited_hosts  # noqa: E402
 
 
 @contextmanager

@@ -14,11 +14,11 @@ from typing import Any
 import click
 from pydantic import ValidationError
 
-from hostkit.planner import PlanError, masked_env, plan_host
-from hostkit.planning_facts import PlanningFacts
-from hostkit.plans import SYSCTL_FILE, THP_UNIT, VLLM_ENV_FILE, VLLM_UNIT, HostPlan, VllmRuntimePlan, VllmSizing
-from hostkit.profile import HostProfile, ProfileError, load_inventory, validate_inventory
-from hostkit.sizes import format_size
+from hostkit.plan.planner import PlanError, masked_env, plan_host
+from hostkit.plan.planning_facts import PlanningFacts
+from hostkit.plan.plans import SYSCTL_FILE, THP_UNIT, VLLM_ENV_FILE, VLLM_UNIT, HostPlan, VllmRuntimePlan, VllmSizing
+from hostkit.profile.host_profile import HostProfile, ProfileError, load_inventory, validate_inventory
+from hostkit.profile.sizes import format_size
 
 
 class InputError(click.ClickException):
@@ -48,7 +48,7 @@ def load_facts_file(path: str) -> dict[str, PlanningFacts]:
 
 
 def _gather(inventory: str, limit: tuple[str, ...]) -> dict[str, PlanningFacts]:
-    from hostkit.gather import gather_planning_facts
+    from hostkit.plan.snapshot_facts import gather_planning_facts
 
     return gather_planning_facts(inventory, list(limit) or None)
 

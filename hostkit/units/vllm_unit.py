@@ -11,8 +11,8 @@ from __future__ import annotations
 import re
 
 from hostkit import templates
-from hostkit.plans import VLLM_ENV_FILE, VLLM_UNIT, VllmPlan
-from hostkit.systemd_directives import fit_unit
+from hostkit.plan.plans import VLLM_ENV_FILE, VLLM_UNIT, VllmPlan
+from hostkit.units.directives import fit_unit
 
 UNIT_PATH = f"/etc/systemd/system/{VLLM_UNIT}"
 ENV_DIR = VLLM_ENV_FILE.rsplit("/", 1)[0]

@@ -1,4 +1,4 @@
-# hostkit.readiness runs this with `python3 -I -S -c` after a prelude that sets TIMEOUT
+# hostkit.vllm.readiness runs this with `python3 -I -S -c` after a prelude that sets TIMEOUT
 # (seconds per connection); argv: address, port, the environment file with VLLM_API_KEY.
 import json, socket, sys
 address, port, env_file = sys.argv[1], int(sys.argv[2]), sys.argv[3]

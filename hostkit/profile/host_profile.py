@@ -31,15 +31,15 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from hostkit import model_catalog
-from hostkit.sizes import SizeError, format_size, parse_size
-from hostkit.vllm_runtime import (
+from hostkit.vllm import model_catalog
+from hostkit.profile.sizes import SizeError, format_size, parse_size
+from hostkit.vllm.runtime import (
     INSTALLED_ENTRY_POINT,
     PIP_OPTIONS_SET_BY_HOSTKIT,
     installed_command,
     is_vllm_distribution,
 )
-from hostkit.vllm_flags import (
+from hostkit.vllm.flags import (
     DOCUMENTED_REMOVALS,
     ENGINE_OPTIONS,
     OLDEST_SUPPORTED,
@@ -197,7 +197,7 @@ class HostProfile(BaseModel):
     vllm_enabled: bool = True
     vllm_version: str = "0.33.0"
     # With vllm_install, vllm_command defaults to the entry point in <vllm_install_root>/current
-    # (hostkit.vllm_runtime.installed_command), set by _installed_command below.
+    # (hostkit.vllm.runtime.installed_command), set by _installed_command below.
     vllm_command: str = "/opt/vllm/bin/vllm"
     vllm_install: bool = False
     vllm_package: str = "vllm"

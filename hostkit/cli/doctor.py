@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import click
 
-from hostkit.plans import VLLM_UNIT
+from hostkit.plan.plans import VLLM_UNIT
 
 
 @click.command()
@@ -42,9 +42,9 @@ def _diagnose_inventory(inventory: str, limit: list[str], unit: str):
 
     from hostkit.doctor.gather import DEFAULT_METRICS_FILE, gather_host
     from hostkit.doctor.rules import Finding, Severity, diagnose
-    from hostkit.fleet import connected_hosts
+    from hostkit.fleet.connect import connected_hosts
     from hostkit.monitoring import textfile_path
-    from hostkit.profile import ProfileError, load_inventory, profile_from_data
+    from hostkit.profile.host_profile import ProfileError, load_inventory, profile_from_data
 
     try:
         entries = load_inventory(inventory, limit=limit or None)

@@ -16,16 +16,16 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from hostkit.data import host_file
+from hostkit.remote import host_file
 from hostkit.facts.platform import PLATFORM_PYTHON
-from hostkit.plans import VLLM_ENV_FILE
+from hostkit.plan.plans import VLLM_ENV_FILE
 
 PROBE_TIMEOUT_S = 5
 
 # Plain sockets and `python3 -I -S`: importing urllib.request (and site) costs more than the
 # whole probe on a slow host, and this runs in every snapshot. HTTP/1.0 with
 # `Connection: close` lets the answer end at EOF; uvicorn's httptools backend may still
-# chunk a body that has no Content-Length. The program: hostkit/data/host/readiness_probe.py.
+# chunk a body that has no Content-Length. The program: hostkit/remote/readiness_probe.py.
 _PROBE_SCRIPT = f"TIMEOUT = {PROBE_TIMEOUT_S}\n" + host_file("readiness_probe.py")
 
 

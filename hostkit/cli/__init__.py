@@ -1,0 +1,1 @@
+"""The `hostkit` command (main.py) and its sub-commands, one module each."""

@@ -1,1 +1,0 @@
-"""Sub-commands of the `hostkit` CLI, one module each."""

@@ -1,0 +1,1 @@
+"""vLLM itself: the flags each release accepts, model dimensions, the runtime hostkit installs, readiness."""
