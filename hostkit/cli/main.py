@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
-import click
+# As pyinfra's CLI does, before anything opens a socket or starts a subprocess: connections,
+# probes and the ssh backend's subprocesses then run concurrently on gevent's pool.
+from gevent import monkey
 
-from hostkit import __version__
-from hostkit.cli.doctor import doctor
-from hostkit.cli.lab import lab
-from hostkit.cli.smoke import smoke
-from hostkit.cli.plan import plan
-from hostkit.cli.rollout import rollout
-from hostkit.cli.verify import verify
+monkey.patch_all()
+
+import click  # noqa: E402
+
+from hostkit import __version__  # noqa: E402
+from hostkit.cli.doctor import doctor  # noqa: E402
+from hostkit.cli.lab import lab  # noqa: E402
+from hostkit.cli.smoke import smoke  # noqa: E402
+from hostkit.cli.plan import plan  # noqa: E402
+from hostkit.cli.rollout import rollout  # noqa: E402
+from hostkit.cli.verify import verify  # noqa: E402
 
 
 @click.group()

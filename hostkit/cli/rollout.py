@@ -42,11 +42,6 @@ def rollout(inventory: str, deploy: str, batches: str, max_failed: str, max_unav
     Every host's data is checked before any host is touched. Exits 1 when the rollout
     halted (later hosts untouched; fix, then --resume the report), 2 on bad input.
     """
-    # As pyinfra's CLI does, before any connection: the gate's probes then run concurrently.
-    from gevent import monkey
-
-    monkey.patch_all()
-
     report_path = report_path or f"rollout-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}{'-dry' if dry else ''}.json"
     try:
         report = run(inventory, deploy, batches=batches, max_failed=max_failed, max_unavailable=max_unavailable,

@@ -30,12 +30,6 @@ def verify(inventory: str, limits: tuple[str, ...], junitxml: Path | None, paral
     boot, with two remote commands per host. Exit status: 0 all checks pass, 1 some check
     failed, 2 a host was unreachable or the inventory is unusable.
     """
-    # As pyinfra's CLI does, before any connection: paramiko and subprocesses then run
-    # concurrently on the gevent pool.
-    from gevent import monkey
-
-    monkey.patch_all()
-
     from hostkit.verify.report import EXIT_UNREACHABLE, exit_code, to_json, to_junit, to_text
     from hostkit.verify.runner import verify_targets
     from hostkit.verify.targets import InventoryError, load_targets

@@ -1,6 +1,8 @@
 """Connect to an inventory's hosts with pyinfra's API and read hostkit facts from them.
 
 Used by the commands that only look (`hostkit plan`, `hostkit doctor`): no operations run.
+The caller has patched the standard library for gevent (the `hostkit` command does, first),
+or parallel connections deadlock.
 """
 
 from __future__ import annotations
@@ -9,18 +11,12 @@ import os
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
-from gevent import monkey
+from pyinfra.api import Config, Host, State
+from pyinfra.api.connect import connect_all, disconnect_all
+from pyinfra.context import ctx_state
+from pyinfra_cli.inventory import make_inventory_from_files
 
-# pyinfra's CLI patches the standard library for gevent before anything else; API users
-# must do the same or parallel connections deadlock.
-monkey.patch_all()
-
-from pyinfra.api import Config, Host, State  # noqa: E402
-from pyinfra.api.connect import connect_all, disconnect_all  # noqa: E402
-from pyinfra.context import ctx_state  # noqa: E402
-from pyinfra_cli.inventory import make_inventory_from_files  # noqa: E402
-
-from hostkit.profile.host_profile import limited_hosts  # noqa: E402
+from hostkit.profile.host_profile import limited_hosts
 
 
 @contextmanager
