@@ -11,7 +11,7 @@ The command prints sub-sections between `@@doctor:NAME@@` lines:
   the process tree: V1 runs its engine in child processes);
 - dist: vllm-*.dist-info directories in the environments of the commands seen, which is
   the installed vLLM release without importing vLLM (that takes seconds and loads torch);
-- oom: the kernel log's OOM lines since boot (hostkit.doctor.kernel_log);
+- oom: the kernel log's OOM lines since boot (hostkit.facts.kernel_log);
 - engine-deaths: the unit's journal lines of the last 24 h naming EngineDeadError (a count and
   the last few); watchdog: the health watchdog's restart, cap and start-limit lines of the
   last 24 h and its state file (hostkit/remote/vllm_watchdog.py);
@@ -39,18 +39,20 @@ from hostkit.doctor.inputs import (
     KeepAlive,
     KernelTuning,
     UnitMemory,
-    VllmProcess,
+    VllmProcessTree,
 )
-from hostkit.doctor.kernel_log import kernel_log_oom_command, parse_kernel_log
+from hostkit.facts.kernel_log import oom_lines_command, parse_kernel_log
 from hostkit.facts.parts import parse_int
 from hostkit.facts.platform import PlatformFact
 from hostkit.facts.platform import script as platform_script
 from hostkit.facts.gpu import parse_compute_apps
+from hostkit.facts.systemctl_show import SHOW_FUNCTIONS, parse_show
 from hostkit.operations.watchdog import STATE_PATH as WATCHDOG_STATE
 from hostkit.operations.watchdog import WATCHDOG_UNIT
 from hostkit.monitoring import textfile_path
 from hostkit.plan.plans import VLLM_UNIT
 from hostkit.profile.host_profile import HostProfile
+from hostkit.remote import host_file
 
 DEFAULT_METRICS_FILE = textfile_path(HostProfile.model_fields["monitoring_textfile_dir"].default)
 
@@ -100,39 +102,33 @@ def doctor_command(unit: str = VLLM_UNIT, vllm_command: str | None = None, with_
                    metrics_file: str = DEFAULT_METRICS_FILE) -> str:
     """The probe script. `with_proc=False` leaves out meminfo and ps (local runs use psutil)."""
     q_unit = shlex.quote(unit)
-    q_metrics = shlex.quote(metrics_file)
     extra_command = f"echo {shlex.quote(vllm_command)}" if vllm_command else ":"
-    cgroup_files = " ".join(CGROUP_FILES)
-    lines = []
-    if with_proc:
-        lines += [_marker("meminfo"), "cat /proc/meminfo"]
+    settings = {
+        "hk_mark": SUB_MARKER,
+        "hk_with_proc": "yes" if with_proc else "no",
+        "hk_cgroup_files": " ".join(CGROUP_FILES),
+        "hk_kept": str(KEPT_JOURNAL_LINES),
+        "hk_watchdog_unit": WATCHDOG_UNIT,
+        "hk_watchdog_decisions": _WATCHDOG_DECISIONS,
+        "hk_watchdog_state": WATCHDOG_STATE,
+        "hk_apps_query": ",".join(APPS_QUERY),
+        "hk_metrics": metrics_file,
+    }
+    lines = [f"{name}={shlex.quote(value)}" for name, value in settings.items()]
     lines += [
-        _marker("vm"),
-        'echo "swappiness=$(cat /proc/sys/vm/swappiness 2>/dev/null)"',
-        'echo "thp_enabled=$(cat /sys/kernel/mm/transparent_hugepage/enabled 2>/dev/null)"',
-        'echo "thp_defrag=$(cat /sys/kernel/mm/transparent_hugepage/defrag 2>/dev/null)"',
-        'echo "cgroup_fs=$(stat -fc %T /sys/fs/cgroup 2>/dev/null)"',
+        host_file("doctor_host.sh"),
+        SHOW_FUNCTIONS,
         f"unit={q_unit}; cg=; pid=0",
         "if command -v systemctl >/dev/null 2>&1; then",
-        '  cg=$(systemctl show "$unit" -p ControlGroup --value 2>/dev/null)',
-        '  pid=$(systemctl show "$unit" -p MainPID --value 2>/dev/null)',
+        '  cg=$(hk_show_value "$unit" ControlGroup)',
+        '  pid=$(hk_show_value "$unit" MainPID)',
         f"  {_marker('unit')}",
-        f'  systemctl show "$unit" -p {",".join(UNIT_PROPERTIES)} 2>/dev/null',
+        f'  hk_show "$unit" {" ".join(UNIT_PROPERTIES)}',
         "fi",
-        _marker("cgroup"),
-        'if [ -n "$cg" ]; then for d in "/sys/fs/cgroup$cg" "/sys/fs/cgroup/memory$cg"; do',
-        f'  for f in {cgroup_files}; do v=$(cat "$d/$f" 2>/dev/null) && echo "$f=$v"; done',
-        "  sed 's/^\\([a-z_]*\\) /memory.events.\\1=/' \"$d/memory.events\" 2>/dev/null",
-        "done; fi",
-        _marker("argv"),
-        '[ "${pid:-0}" != 0 ] && { tr \'\\0\' \'\\n\' < "/proc/$pid/cmdline"; } 2>/dev/null',
-    ]
-    if with_proc:
-        lines += [_marker("ps"), "ps -e -ww -o pid=,ppid=,rss=,args= 2>/dev/null"]
-    lines += [
+        host_file("doctor_processes.sh"),
         _marker("dist"),
         '{ [ "${pid:-0}" != 0 ] && { tr \'\\0\' \'\\n\' < "/proc/$pid/cmdline"; } 2>/dev/null | head -n 2',
-        "  command -v systemctl >/dev/null 2>&1 && systemctl show \"$unit\" -p ExecStart --value 2>/dev/null"
+        "  command -v systemctl >/dev/null 2>&1 && hk_show_value \"$unit\" ExecStart"
         " | sed -n 's/.*path=\\([^ ;]*\\).*/\\1/p'",
         "  ps -e -ww -o args= 2>/dev/null | awk '/vllm/ { print $1; print $2 }'",
         f"  {extra_command}",
@@ -143,28 +139,8 @@ def doctor_command(unit: str = VLLM_UNIT, vllm_command: str | None = None, with_
         _marker("platform"),
         f"( {platform_script()} ) 2>/dev/null",
         _marker("oom"),
-        kernel_log_oom_command(),
-        _marker("engine-deaths"),
-        'echo "now=$(date +%s)"',
-        f'journalctl -u "$unit" --since -24h -q --no-pager -o short-iso 2>/dev/null | awk \'/EngineDeadError/'
-        f' {{ n++; last[n % {KEPT_JOURNAL_LINES}] = $0 }} END {{ print "count=" n+0;'
-        f' for (i = n - {KEPT_JOURNAL_LINES - 1}; i <= n; i++) if (i > 0) print "line " last[i % {KEPT_JOURNAL_LINES}] }}\'',
-        _marker("watchdog"),
-        f"journalctl -u {WATCHDOG_UNIT} --since -24h -q --no-pager -o short-iso 2>/dev/null"
-        f" | grep -E '{_WATCHDOG_DECISIONS}' | tail -n {KEPT_JOURNAL_LINES} | sed 's/^/line /'",
-        f"[ -r {WATCHDOG_STATE} ] && printf 'state %s\\n' \"$(tr -d '\\n' < {WATCHDOG_STATE})\"",
-        "if command -v nvidia-smi >/dev/null 2>&1; then",
-        f"  {_marker('gpu')}",
-        "  nvidia-smi --query-gpu=index,uuid,memory.total,memory.used --format=csv,noheader,nounits 2>&1;"
-        ' echo "rc=$?"',
-        f"  {_marker('gpu-apps')}",
-        f"  nvidia-smi --query-compute-apps={','.join(APPS_QUERY)} --format=csv,noheader,nounits 2>&1",
-        "fi",
-        f"if [ -r {q_metrics} ]; then",
-        f"  {_marker('metrics')}",
-        f'  echo "path={metrics_file}"; echo "age=$(( $(date +%s) - $(stat -c %Y {q_metrics}) ))"; cat {q_metrics}',
-        "fi",
-        "true",
+        oom_lines_command(),
+        host_file("doctor_history.sh"),
     ]
     return "\n".join(lines)
 
@@ -242,7 +218,7 @@ def _last_exit(exec_start: str) -> str | None:
 def parse_unit(unit: str, unit_lines: list[str] | None, cgroup_lines: Iterable[str]) -> UnitMemory:
     if unit_lines is None:
         return UnitMemory(unit=unit, loaded=False)
-    props = _key_values(unit_lines)
+    props = parse_show(unit_lines)
     files = _key_values(cgroup_lines)
     # The cgroup files are exact and cover what older systemd does not show (MemoryPeak, v1 limits).
     current = parse_int(files.get("memory.current") or files.get("memory.usage_in_bytes") or props.get("MemoryCurrent"))
@@ -328,7 +304,7 @@ def find_server_root(candidates: dict[int, int]) -> int | None:
     return min(roots) if roots else None
 
 
-def parse_processes(ps_lines: list[str], main_pid: int | None, main_argv: list[str]) -> VllmProcess | None:
+def parse_processes(ps_lines: list[str], main_pid: int | None, main_argv: list[str]) -> VllmProcessTree | None:
     rows = _ps_rows(ps_lines)
     parents = {pid: ppid for pid, ppid, _, _ in rows}
     rss = {pid: rss_kib * 1024 for pid, _, rss_kib, _ in rows}
@@ -343,7 +319,7 @@ def parse_processes(ps_lines: list[str], main_pid: int | None, main_argv: list[s
             return None
         argv, exact = tuple(next(args for p, _, _, args in rows if p == pid).split()), False
     tree = descendants(pid, parents)
-    return VllmProcess(pid=pid, argv=argv, argv_exact=exact, tree_pids=tree, tree_rss_bytes=sum(rss.get(p, 0) for p in tree))
+    return VllmProcessTree(pid=pid, argv=argv, argv_exact=exact, tree_pids=tree, tree_rss_bytes=sum(rss.get(p, 0) for p in tree))
 
 
 def dist_info_versions(lines: Iterable[str]) -> dict[str, str]:
@@ -433,7 +409,7 @@ def parse_doctor_output(host: str, output: list[str], unit: str = VLLM_UNIT) -> 
 
 
 def _assemble(host: str, parts: dict[str, list[str]], memory: HostMemory, unit_memory: UnitMemory,
-              vllm: VllmProcess | None) -> DoctorInputs:
+              vllm: VllmProcessTree | None) -> DoctorInputs:
     notes = []
     argv = vllm.argv if vllm is not None else unit_memory.exec_start
     version, version_note = pick_vllm_version(dist_info_versions(parts.get("dist", [])), argv)
@@ -496,7 +472,7 @@ def gather_local(unit: str = VLLM_UNIT, vllm_command: str | None = None, host: s
     return _assemble(host or socket.gethostname(), parts, memory, unit_memory, _local_vllm_process(unit_memory.main_pid))
 
 
-def _local_vllm_process(main_pid: int | None) -> VllmProcess | None:
+def _local_vllm_process(main_pid: int | None) -> VllmProcessTree | None:
     import psutil
 
     root = None
@@ -526,7 +502,7 @@ def _local_vllm_process(main_pid: int | None) -> VllmProcess | None:
             rss += proc.memory_info().rss
         except psutil.Error:
             continue  # exited meanwhile
-    return VllmProcess(
+    return VllmProcessTree(
         pid=root.pid, argv=argv, argv_exact=True, tree_pids=tuple(sorted(p.pid for p in tree)), tree_rss_bytes=rss
     )
 

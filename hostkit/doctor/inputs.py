@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from hostkit.doctor.kernel_log import KernelLog
+from hostkit.facts.kernel_log import KernelLog
 from hostkit.facts.platform import PlatformInfo
 
 # cgroup "no limit": v2 prints `max`; v1 prints PAGE_COUNTER_MAX rounded to pages, about 2**63.
@@ -51,7 +51,10 @@ class UnitMemory:
 
 
 @dataclass(frozen=True)
-class VllmProcess:
+class VllmProcessTree:
+    """The vLLM server's root process (the unit's main process, else one found by its command
+    line) and every process below it: V1 runs its engine in child processes."""
+
     pid: int
     argv: tuple[str, ...]
     argv_exact: bool  # from /proc/PID/cmdline; False when read from `ps` (split on spaces)
@@ -105,7 +108,7 @@ class DoctorInputs:
     tuning: KernelTuning
     kernel_log: KernelLog
     unit: UnitMemory
-    vllm: VllmProcess | None
+    vllm: VllmProcessTree | None
     installed_vllm_version: str | None  # from the vLLM environment's dist-info; None: not found
     gpus: tuple[GpuMemory, ...] = ()
     gpu_query_error: str | None = None  # nvidia-smi present but failing

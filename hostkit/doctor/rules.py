@@ -14,7 +14,7 @@ from typing import Any
 
 from hostkit.vllm import model_catalog
 from hostkit.doctor.inputs import DoctorInputs
-from hostkit.doctor.kernel_log import OomKill
+from hostkit.facts.kernel_log import OomKill
 from hostkit.doctor.vllm_args import VllmSettings, effective_settings, removal_note
 from hostkit.plan.planner import CHUNKED_PREFILL_BATCH_TOKENS, LONG_CONTEXT_TOKENS
 from hostkit.profile.host_profile import HostProfile

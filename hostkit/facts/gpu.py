@@ -15,10 +15,10 @@ The command prints sub-sections between `@@gpu:NAME@@` lines:
 - persistenced: the command lines of running nvidia-persistenced processes. Its name is
   longer than the 15 characters of /proc/PID/comm, so `pgrep -x` can never match it:
   the comm prefix selects candidates and the full command line confirms them.
-- xid: which kernel log was readable (`journalctl -k -b`, else `dmesg`, else none) and its
-  `NVRM: Xid` lines since boot. An unreadable log is "unknown", never "clean". Without a
-  loaded NVIDIA driver the log is not read at all (`source=no-driver`): reading it is the
-  most expensive part of the command, and nvidia-smi cannot list a GPU then anyway.
+- xid: the kernel log's `NVRM: Xid` lines since boot, the first XID_LINE_LIMIT of them,
+  as hostkit.facts.kernel_log reads and parses them. Without a loaded NVIDIA driver the log
+  is not read at all (`source=no-driver`): reading it is the most expensive part of the
+  command, and nvidia-smi cannot list a GPU then anyway.
 - fabricmanager: only when /dev/nvidia-nvswitch* exists: whether nv-fabricmanager runs,
   and its `--version` output.
 
@@ -37,7 +37,8 @@ from dataclasses import dataclass
 from pyinfra.api import FactBase
 
 from hostkit.remote import host_file
-from hostkit.facts.deadline import DEADLINE_FUNCTION, KERNEL_LOG_S, NVIDIA_SMI_S, TIMED_OUT, timed_out_lines
+from hostkit.facts.deadline import DEADLINE_FUNCTION, NVIDIA_SMI_S, TIMED_OUT, timed_out_lines
+from hostkit.facts.kernel_log import XID_LINES, XidEvent, kernel_log_script, parse_kernel_log
 from hostkit.facts.parts import parse_int
 
 # Fixed order: the parser maps columns by position. Every name appears in the header of
@@ -66,7 +67,6 @@ SUB_MARKER = "@@gpu:"
 XID_LINE_LIMIT = 200
 _DRIVER_VERSION = "/proc/driver/nvidia/version"
 
-_XID_RE = re.compile(r"NVRM: Xid \((?P<device>[^)]*)\): (?P<code>\d+)(?:, (?P<detail>.*))?")
 _NVML_LIBRARY_RE = re.compile(r"NVML library version:\s*(?P<version>\d+(?:\.\d+)+)")
 _VERSION_RE = re.compile(r"\d+(?:\.\d+)+")
 
@@ -89,13 +89,6 @@ class GpuDevice:
     remapped_rows_pending: bool | None
     remapped_rows_failure: bool | None
     mig_enabled: bool | None
-
-
-@dataclass(frozen=True)
-class XidEvent:
-    device: str  # as the driver prints it, e.g. "PCI:0000:3b:00"
-    code: int
-    detail: str
 
 
 @dataclass(frozen=True)
@@ -167,13 +160,12 @@ class GpuFact(FactBase):
             "hk_query_fields": ",".join(QUERY_FIELDS),
             "hk_apps_fields": ",".join(APPS_FIELDS),
             "hk_smi_s": str(NVIDIA_SMI_S),
-            "hk_log_s": str(KERNEL_LOG_S),
             "hk_driver_version": _DRIVER_VERSION,
-            "hk_xid_limit": str(XID_LINE_LIMIT),
-            "hk_timed_out": TIMED_OUT,
         }
         lines = [f"{name}={shlex.quote(value)}" for name, value in settings.items()]
-        return "\n".join((*lines, DEADLINE_FUNCTION, host_file("gpu.sh")))
+        return "\n".join(
+            (*lines, DEADLINE_FUNCTION, kernel_log_script(XID_LINES, XID_LINE_LIMIT), host_file("gpu.sh"))
+        )
 
     def process(self, output: list[str]) -> GpuFacts:
         return parse_gpu_output(output)
@@ -235,15 +227,6 @@ def parse_query_row(line: str) -> GpuDevice | None:
         remapped_rows_pending=_flag(value["remapped_rows.pending"], "Yes", "No"),
         remapped_rows_failure=_flag(value["remapped_rows.failure"], "Yes", "No"),
         mig_enabled=_flag(value["mig.mode.current"], "Enabled", "Disabled"),
-    )
-
-
-def parse_xid_line(line: str) -> XidEvent | None:
-    match = _XID_RE.search(line)
-    if match is None:
-        return None
-    return XidEvent(
-        device=match["device"], code=int(match["code"]), detail=(match["detail"] or "").strip()
     )
 
 
@@ -352,13 +335,8 @@ def parse_gpu_output(output: list[str]) -> GpuFacts:
         if line.split()
     )
 
-    xid_lines = parts.get("xid", [])
-    source = next((line.split("=", 1)[1] for line in xid_lines if line.startswith("source=")), "none")
-    if timed_out_lines(xid_lines):
-        source = "none"
-    xids = tuple(event for event in map(parse_xid_line, xid_lines) if event is not None)
-    total_lines = [line for line in xid_lines if line.startswith("xid_total=")]
-    xid_total = int(total_lines[-1].split("=", 1)[1]) if total_lines else len(xids)
+    kernel_log = parse_kernel_log(parts.get("xid", []))
+    xids = kernel_log.xids
 
     return GpuFacts(
         driver_present=driver_present,
@@ -369,9 +347,9 @@ def parse_gpu_output(output: list[str]) -> GpuFacts:
         modules=tuple(line.split()[0] for line in parts.get("modules", []) if line.split()),
         device_nodes=device_nodes,
         persistenced_running=persistenced_running,
-        kernel_log_source=None if source == "none" else source,
+        kernel_log_source=kernel_log.source,
         xids=xids,
-        xid_total=max(xid_total, len(xids)),
+        xid_total=max(kernel_log.total, len(xids)),
         fabricmanager=_parse_fabricmanager(parts["fabricmanager"]) if "fabricmanager" in parts else None,
         processes=processes,
         processes_error=processes_error,

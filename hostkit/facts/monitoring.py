@@ -9,6 +9,7 @@ from typing import Any
 
 from pyinfra.api import FactBase
 
+from hostkit.remote import host_file
 from hostkit.monitoring import (
     COLLECTOR_PATH,
     NODE_EXPORTER_DROPIN,
@@ -47,24 +48,22 @@ def _textfile_dir(profile: Any) -> str:
 
 
 class MonitoringFact(FactBase):
-    """`key=value` lines; `sha256 PATH` lines from one sha256sum of the managed files."""
+    """`key=value` lines; `sha256 PATH` lines from one sha256sum of the managed files
+    (hostkit/remote/monitoring.sh)."""
 
     section = "monitoring"
     takes_profile = True
 
     def command(self, profile: Any = None) -> str:
-        metrics = shlex.quote(textfile_path(_textfile_dir(profile)))
-        files = " ".join(shlex.quote(path) for path in MANAGED_FILES)
-        return "\n".join((
-            f"sha256sum {files} 2>/dev/null | sed 's/^/sha256 /'",
-            f"echo \"timer_enabled=$(systemctl is-enabled {TIMER} 2>/dev/null)\"",
-            f"echo \"timer_active=$(systemctl is-active {TIMER} 2>/dev/null)\"",
-            f"echo \"node_exporter=$(dpkg-query -W -f='${{Status}}' {NODE_EXPORTER_PACKAGE} 2>/dev/null)\"",
-            f"echo \"node_exporter_enabled=$(systemctl is-enabled {NODE_EXPORTER_UNIT} 2>/dev/null)\"",
-            f"echo \"node_exporter_active=$(systemctl is-active {NODE_EXPORTER_UNIT} 2>/dev/null)\"",
-            f"echo \"textfile={metrics}\"",
-            f"hk_m=$(stat -c %Y {metrics} 2>/dev/null) && echo \"textfile_age=$(( $(date +%s) - hk_m ))\"",
-        ))
+        settings = {
+            "hk_timer": TIMER,
+            "hk_node_exporter_package": NODE_EXPORTER_PACKAGE,
+            "hk_node_exporter_unit": NODE_EXPORTER_UNIT,
+            "hk_metrics": textfile_path(_textfile_dir(profile)),
+        }
+        lines = [f"{name}={shlex.quote(value)}" for name, value in settings.items()]
+        lines.append(f"set -- {shlex.join(MANAGED_FILES)}")
+        return "\n".join((*lines, host_file("monitoring.sh")))
 
     def process(self, output: list[str]) -> MonitoringState:
         sums: dict[str, str] = {}

@@ -260,8 +260,10 @@ def is_under(path: str, directory: str) -> bool:
 # Shell builtins where they do the job: on a slow host each process costs a noticeable
 # fraction of a second, and the snapshot runs this on every deploy. hk_nvme_namespace
 # matches `nvme[0-9]+n[0-9]+`: whole namespaces, not the nvme<N>c<C>n<M> nodes behind
-# NVMe multipath. The functions: hostkit/remote/storage_helpers.sh.
+# NVMe multipath. The functions: hostkit/remote/storage_helpers.sh; the section's own
+# shell, after them: hostkit/remote/storage.sh.
 _SHELL_HELPERS = host_file("storage_helpers.sh").removesuffix("\n")
+_COMMAND = host_file("storage.sh")
 
 
 class StorageFact(FactBase):
@@ -274,87 +276,20 @@ class StorageFact(FactBase):
         swap_dir = value_or_default(profile, "swap_dir")
         nvme_mount = value_or_default(profile, "nvme_mount")
         nvme_device = value_or_default(profile, "nvme_device")
-        explicit_dirs = [d for d in (swap_dir, nvme_mount) if isinstance(d, str) and d.startswith("/")]
-        dirs_words = " ".join(shlex.quote(posixpath.normpath(d)) for d in explicit_dirs)
-        device_words = shlex.quote(nvme_device) if nvme_device else ""
-        fstypes = "|".join(SWAP_CAPABLE_FSTYPES)
-        name = shlex.quote(SWAP_FILE_NAME)
-        return "\n".join(
-            (
-                _SHELL_HELPERS,
-                f"echo '{PART_MARKER}swaps'; hk_cat /proc/swaps",
-                f"echo '{PART_MARKER}lsblk'",
-                # MOUNTPOINTS came in util-linux 2.37, PATH in 2.33: RHEL 8's 2.32 has neither.
-                "lsblk -J -b -o NAME,PATH,TYPE,TRAN,FSTYPE,UUID,MOUNTPOINTS,SIZE 2>/dev/null"
-                " || lsblk -J -b -o NAME,PATH,TYPE,TRAN,FSTYPE,UUID,MOUNTPOINT,SIZE 2>/dev/null"
-                f" || {{ echo '{PART_MARKER}{LSBLK_WITHOUT_PATH}';"
-                " lsblk -J -b -o NAME,KNAME,TYPE,TRAN,FSTYPE,UUID,MOUNTPOINT,SIZE 2>/dev/null; }",
-                f"echo '{PART_MARKER}df'; df -l -B1 -T -P 2>/dev/null",
-                f"echo '{PART_MARKER}mounts'; hk_cat /proc/self/mounts",
-                f"echo '{PART_MARKER}fstab'; hk_cat /etc/fstab 2>/dev/null",
-                f"echo '{PART_MARKER}devices'",
-                "hk_device() {",
-                '  hk_first "device $1" || return 0',
-                '  echo "device $1"',
-                '  [ -b "$1" ] || return 0',
-                "  echo present",
-                # A plain /dev/NAME that is no symlink is its own real path: no readlink needed.
-                '  case ${1#/dev/} in "$1"|*/*|.*|"") hk_real=$(readlink -f -- "$1") ;; *) hk_real=$1 ;; esac',
-                '  [ ! -L "$hk_real" ] || hk_real=$(readlink -f -- "$1")',
-                '  echo "realpath=$hk_real"',
-                # wipefs exits non-zero when it cannot probe; blkid cannot tell that from "nothing found".
-                '  dd if="$1" of=/dev/null bs=4096 count=1 2>/dev/null || return 0',
-                '  hk_sigs=$(wipefs --no-act --noheadings --output TYPE -- "$1" 2>/dev/null) || return 0',
-                "  echo probed",
-                '  hk_prefix wipefs= "$hk_sigs"',
-                '  hk_out=$(blkid -p -o export -- "$1" 2>/dev/null)',
-                "  while IFS= read -r hk_l; do",
-                "    case $hk_l in TYPE=*|PTTYPE=*|UUID=*) printf 'blkid:%s\\n' \"$hk_l\" ;; esac",
-                "  done <<EOF",
-                "$hk_out",
-                "EOF",
-                # The device itself, then its descendants: partitions, and what sits on them.
-                '  hk_out=$(lsblk -n -r -o PATH -- "$1" 2>/dev/null) ||'
-                '  hk_out=$(lsblk -n -r -o KNAME -- "$1" 2>/dev/null | sed "s|^|/dev/|")',
-                '  case $hk_out in *"$hk_nl"*) hk_prefix child= "${hk_out#*"$hk_nl"}" ;; esac',
-                "}",
-                *([f"hk_device {device_words}"] if device_words else []),
-                'for b in /sys/block/nvme*; do ! hk_nvme_namespace "${b##*/}" || hk_device "/dev/${b##*/}"; done',
-                f"echo '{PART_MARKER}dirs'",
-                f"for d in {dirs_words}; do",
-                '  e="$d"; while [ ! -d "$e" ]; do e=${e%/*}; e=${e:-/}; done',
-                '  m=$(stat -c %m -- "$e"); t=$(stat -f -c %T -- "$e")',
-                "  printf 'dir\\t%s\\t%s\\t%s\\t%s\\n' \"$m\" \"$t\" \"$e\" \"$d\"",
-                "done",
-                f"echo '{PART_MARKER}files'",
-                # Each directory (kernel-escaped, as the tables spell it) is looked in once.
-                "hk_files() {",
-                "  d=$1",
-                "  case $d in *\\\\*) d=$(printf '%b' \"$d\") ;; esac",
-                '  d=${d%/}; hk_first "dir $d" || return 0',
-                f"  for f in \"$d/\"{name} \"$d/\"{name}{TEMP_SUFFIX}; do",
-                '    [ -e "$f" ] || [ -L "$f" ] || continue',
-                '    sig=$(blkid -p -o value -s TYPE -- "$f" 2>/dev/null)',
-                "    st=$(stat -c '%F|%s|%a|%u|%g|%b|%B' -- \"$f\")",
-                "    printf 'file\\t%s\\t%s\\t%s\\n' \"$sig\" \"$st\" \"$f\"",
-                # The SELinux label, where SELinux is on (stat %C fails without it).
-                '    [ ! -e /sys/fs/selinux/enforce ] || printf \'label\\t%s\\t%s\\n\' "$(stat -c %C -- "$f")" "$f"',
-                "  done",
-                "}",
-                f"for d in {dirs_words}; do hk_files \"$d\"; done",
-                "while read -r src mp fstype rest; do",
-                f'  case "$fstype" in {fstypes}) hk_files "$mp" ;; esac',
-                "done < /proc/self/mounts",
-                "{ read -r rest; while read -r p rest; do",
-                '  case "$p" in */*) hk_files "${p%/*}" ;; esac',
-                "done; } < /proc/swaps",
-                "[ -r /etc/fstab ] && while read -r spec mp fstype rest; do",
-                '  case "$spec" in "#"*) continue ;; esac',
-                '  [ "$fstype" = swap ] && case "$spec" in */*) hk_files "${spec%/*}" ;; esac',
-                "done < /etc/fstab",
-                "true",
-            )
-        )
+        explicit_dirs = [
+            posixpath.normpath(d) for d in (swap_dir, nvme_mount) if isinstance(d, str) and d.startswith("/")
+        ]
+        settings = {
+            "hk_mark": PART_MARKER,
+            "hk_lsblk_without_path": LSBLK_WITHOUT_PATH,
+            "hk_nvme_device": nvme_device or "",
+            "hk_swap_file": SWAP_FILE_NAME,
+            "hk_temp_suffix": TEMP_SUFFIX,
+            "hk_swap_fstypes": " ".join(SWAP_CAPABLE_FSTYPES),
+        }
+        lines = [f"{name}={shlex.quote(value)}" for name, value in settings.items()]
+        lines.append(f"set -- {shlex.join(explicit_dirs)}" if explicit_dirs else "set --")
+        return "\n".join((*lines, _SHELL_HELPERS, _COMMAND))
 
     def process(self, output: list[str]) -> StorageInfo:
         parts = split_on_marker(output, PART_MARKER)

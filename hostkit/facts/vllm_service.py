@@ -14,9 +14,11 @@ from typing import Any
 
 from pyinfra.api import FactBase
 
-from hostkit.facts.deadline import DEADLINE_FUNCTION, SYSTEMCTL_S, TIMED_OUT, timed_out_lines
+from hostkit.facts.deadline import TIMED_OUT, timed_out_lines
 from hostkit.facts.parts import to_int
+from hostkit.facts.systemctl_show import SHOW_FUNCTIONS, parse_show
 from hostkit.plan.plans import VLLM_ENV_FILE, VLLM_UNIT, VllmPlan
+from hostkit.remote import host_file
 from hostkit.vllm.readiness import Probe, probe_command
 from hostkit.units.vllm_unit import ENV_DIR, UNIT_PATH
 
@@ -50,13 +52,13 @@ class ServiceTarget:
 
 
 @dataclass(frozen=True)
-class FileStat:
+class ModeAndOwnership:
     mode: str  # octal, as stat %a prints it: "600"
     owner: str
     group: str
 
     @classmethod
-    def parse(cls, text: str) -> FileStat | None:
+    def parse(cls, text: str) -> ModeAndOwnership | None:
         words = text.split()
         return cls(*words) if len(words) == 3 else None
 
@@ -67,8 +69,8 @@ class VllmServiceState:
     user_uid: int | None  # None: the service user does not exist
     unit_sha256: str | None  # of UNIT_PATH; None: not installed
     env_sha256: str | None
-    env_stat: FileStat | None
-    env_dir_stat: FileStat | None
+    env_stat: ModeAndOwnership | None
+    env_dir_stat: ModeAndOwnership | None
     unit: dict[str, str] = field(default_factory=dict)  # systemctl show properties
     memory_limit_bytes: int | None = None  # effective: memory.max (v2), memory.limit_in_bytes (v1)
     memory_peak_bytes: int | None = None
@@ -124,73 +126,37 @@ class VllmServiceState:
 
 
 class VllmServiceFact(FactBase):
-    """`key=value` lines; `unit.<Property>=`, `cgroup.<file>=`; the probe's JSON in `probe=`."""
+    """`key=value` lines (hostkit/remote/vllm_service.sh); `unit.<Property>=`, `cgroup.<file>=`;
+    the probe's JSON in `probe=`."""
 
     section = "vllm"
     takes_profile = True
 
     def command(self, profile: Any = None, target: ServiceTarget | None = None) -> str:
         target = target or ServiceTarget.from_profile(profile)
-        described = json.dumps([target.user, target.command, target.host, target.port])
-        properties = " ".join(f"-p {name}" for name in _UNIT_PROPERTIES)
-        return "\n".join((
-            f"echo target={shlex.quote(described)}",
-            f"user={shlex.quote(target.user)}",
-            'echo "uid=$(id -u -- "$user" 2>/dev/null)"',
-            # One sha256sum and one stat for both files (every process is slow on a slow
-            # host); each skips a missing file, so their lines are matched by path.
-            f"hk_sums=$(sha256sum {VLLM_ENV_FILE} {UNIT_PATH} 2>/dev/null)",
-            f"hk_stats=$(stat -c '%n %a %U %G' {VLLM_ENV_FILE} {ENV_DIR} 2>/dev/null)",
-            "unit_sha256= env_sha256= env_stat= env_dir_stat=",
-            "while read -r hk_sum hk_path; do",
-            f"  case $hk_path in {UNIT_PATH}) unit_sha256=$hk_sum ;; {VLLM_ENV_FILE}) env_sha256=$hk_sum ;; esac",
-            "done <<EOF",
-            "$hk_sums",
-            "EOF",
-            "while read -r hk_path hk_stat; do",
-            f"  case $hk_path in {VLLM_ENV_FILE}) env_stat=$hk_stat ;; {ENV_DIR}) env_dir_stat=$hk_stat ;; esac",
-            "done <<EOF",
-            "$hk_stats",
-            "EOF",
-            "printf '%s\\n' \"unit_sha256=$unit_sha256\" \"env_sha256=$env_sha256\" \"env_stat=$env_stat\" \"env_dir_stat=$env_dir_stat\"",
-            DEADLINE_FUNCTION,
-            f"[ -r {UNIT_PATH} ] && echo \"unit_text=$(base64 -w0 {UNIT_PATH})\"",
-            f"echo \"command_ctime=$(stat -L -c %Z -- {shlex.quote(target.command)} 2>/dev/null)\"",
-            f"echo \"main_start=$(hk_deadline {SYSTEMCTL_S} 'systemctl show {VLLM_UNIT} ExecMainStartTimestamp' systemctl show --timestamp=unix -p ExecMainStartTimestamp --value {VLLM_UNIT} 2>/dev/null)\"",
-            f"hk_show=$(hk_deadline {SYSTEMCTL_S} 'systemctl show {VLLM_UNIT}' systemctl show {VLLM_UNIT} {properties}"
-            " 2>/dev/null)",
-            "cg=",
-            "while IFS= read -r hk_line; do",
-            "  [ -n \"$hk_line\" ] || continue",
-            f"  case $hk_line in {TIMED_OUT}*) printf '%s\\n' \"$hk_line\"; continue ;; esac",
-            "  printf 'unit.%s\\n' \"$hk_line\"",
-            "  case $hk_line in ControlGroup=*) cg=${hk_line#ControlGroup=} ;; esac",
-            "done <<EOF",
-            "$hk_show",
-            "EOF",
-            'if [ -n "$cg" ]; then',
-            # v2 files, then v1's (memory controller hierarchy).
-            "  for f in /sys/fs/cgroup$cg/memory.max /sys/fs/cgroup$cg/memory.peak \\",
-            "    /sys/fs/cgroup/memory$cg/memory.limit_in_bytes /sys/fs/cgroup/memory$cg/memory.max_usage_in_bytes; do",
-            '    [ -r "$f" ] && { v=; read -r v < "$f"; echo "cgroup.${f##*/}=$v"; }',
-            "  done",
-            '  for f in /sys/fs/cgroup$cg/memory.events /sys/fs/cgroup/memory$cg/memory.oom_control; do',
-            '    [ -r "$f" ] && while read -r k v; do [ "$k" != oom_kill ] || echo "cgroup.oom_kill=$v"; done < "$f"',
-            "  done",
-            "fi",
-            f"hk_probe=$({probe_command(target.host, target.port)})",
-            "[ -z \"$hk_probe\" ] || printf 'probe=%s\\n' \"$hk_probe\"",
-            "true",
-        ))
+        settings = {
+            "hk_target": json.dumps([target.user, target.command, target.host, target.port]),
+            "hk_user": target.user,
+            "hk_command": target.command,
+            "hk_unit": VLLM_UNIT,
+            "hk_unit_path": UNIT_PATH,
+            "hk_env_file": VLLM_ENV_FILE,
+            "hk_env_dir": ENV_DIR,
+            "hk_properties": " ".join(_UNIT_PROPERTIES),
+            "hk_timed_out": TIMED_OUT,
+        }
+        lines = [f"{name}={shlex.quote(value)}" for name, value in settings.items()]
+        ready_probe = f"hk_ready_probe() {{ {probe_command(target.host, target.port)}; }}"
+        return "\n".join((*lines, SHOW_FUNCTIONS, ready_probe, host_file("vllm_service.sh")))
 
     def process(self, output: list[str]) -> VllmServiceState:
         values: dict[str, str] = {}
-        unit: dict[str, str] = {}
+        unit_lines: list[str] = []
         cgroup: dict[str, str] = {}
         for line in output:
             key, _, value = line.partition("=")
             if key.startswith("unit."):
-                unit[key[len("unit."):]] = value
+                unit_lines.append(line[len("unit."):])
             elif key.startswith("cgroup."):
                 cgroup[key[len("cgroup."):]] = value.strip()
             else:
@@ -204,9 +170,9 @@ class VllmServiceFact(FactBase):
             user_uid=to_int(values.get("uid") or None),
             unit_sha256=values.get("unit_sha256") or None,
             env_sha256=values.get("env_sha256") or None,
-            env_stat=FileStat.parse(values.get("env_stat", "")),
-            env_dir_stat=FileStat.parse(values.get("env_dir_stat", "")),
-            unit=unit,
+            env_stat=ModeAndOwnership.parse(values.get("env_stat", "")),
+            env_dir_stat=ModeAndOwnership.parse(values.get("env_dir_stat", "")),
+            unit=parse_show(unit_lines),
             memory_limit_bytes=_memory_limit(cgroup),
             memory_peak_bytes=to_int(cgroup.get("memory.peak") or cgroup.get("memory.max_usage_in_bytes")),
             oom_kills=to_int(cgroup.get("oom_kill")),

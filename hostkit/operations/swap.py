@@ -59,13 +59,13 @@ _SAFE_PATH = re.compile(r"^/[A-Za-z0-9._+:@/-]*$")
 # with a blank lab NVMe). 5 s was too short on a lab host: udev announced the disk after
 # the timeout at an ordinary reboot, and the host came up without its swap.
 NVME_MOUNT_OPTIONS = "defaults,nofail,x-systemd.device-timeout=30s"
-MKFS_COMMANDS = {
-    "ext4": 'mkfs.ext4 -q -U "$hk_uuid" "$hk_dev"',
-    "xfs": 'mkfs.xfs -q -m uuid="$hk_uuid" "$hk_dev"',
-}
+# The filesystems hostkit/remote/nvme_format.sh makes.
+MKFS_FSTYPES = ("ext4", "xfs")
 # Shell functions every script starts with (hostkit/remote/swap_lib.sh). Paths reach them checked against _SAFE_PATH,
 # so they compare equal to the (octal-escaped) fields of /proc/swaps and fstab.
 SHELL_LIB = host_file("swap_lib.sh")
+# A step that formats, mounts and persists a blank NVMe device, after its variables.
+NVME_FORMAT = host_file("nvme_format.sh").removesuffix("\n")
 
 
 class SwapRefused(Exception):
@@ -111,8 +111,8 @@ def check_nvme_plan(plan: NvmePlan) -> None:
     _check_path(plan.mount, "nvme_mount")
     if plan.mount == "/":
         raise ValueError("nvme_mount cannot be /")
-    if plan.fstype not in MKFS_COMMANDS:
-        raise ValueError(f"NVMe filesystem must be one of {sorted(MKFS_COMMANDS)}, not {plan.fstype!r}")
+    if plan.fstype not in MKFS_FSTYPES:
+        raise ValueError(f"NVMe filesystem must be one of {sorted(MKFS_FSTYPES)}, not {plan.fstype!r}")
 
 
 def swap_state(plan: SwapPlan, storage: StorageInfo) -> SwapState:
@@ -168,7 +168,7 @@ def swap_steps(plan: SwapPlan, storage: StorageInfo, nvme_mount: str | None = No
     strays = list(state.strays)
     if plan.enabled:
         steps = _planned_file_steps(plan, storage, state, nvme_mount)
-        if any(step.startswith("hk_create ") and TEMP_SUFFIX in step for step in steps):
+        if any(step.startswith("hk_resize ") for step in steps):
             strays = [p for p in strays if p != plan.path + TEMP_SUFFIX]  # the resize used it
     for stray in strays:
         steps += _remove_steps(stray, storage)
@@ -203,16 +203,7 @@ def _planned_file_steps(plan: SwapPlan, storage: StorageInfo, state: SwapState, 
         return (
             [f"hk_check_swapoff {_q(path)} || exit 1"]  # refuse before spending a dd
             + ([f"hk_swapoff {_q(tmp)}"] if storage.swap_area(tmp) else [])
-            + [
-                f"hk_create {_q(tmp)} {size} {priority} {method}",
-                f"hk_swapoff {_q(path)}",
-                "hk_partial=",
-                f"rm -f -- {_q(path)}",
-                f"hk_swapoff {_q(tmp)}",
-                f"mv -f -- {_q(tmp)} {_q(path)}",
-                f"swapon -p {priority} {_q(path)}",
-                f"hk_active {_q(path)} || hk_fail 'swapon {path} failed after the resize'",
-            ]
+            + [f"hk_resize {_q(path)} {size} {priority} {method}"]
             + fstab_step
         )
     steps = []
@@ -265,30 +256,11 @@ def nvme_steps(plan: NvmePlan, storage: StorageInfo) -> list[str]:
             # hostkit's own filesystem, not mounted (say, mounting failed at boot): mount it.
             return [f"mkdir -p -- {_q(plan.mount)}", f'mount --fstab "$hk_fstab" {_q(plan.mount)}']
         raise SwapRefused(f"refusing to format {plan.device}: it is not blank: {signatures.describe()}")
-    line = f'UUID=$hk_uuid {plan.mount} {plan.fstype} {NVME_MOUNT_OPTIONS} 0 2'
-    dev, mount = _q(plan.device), _q(plan.mount)
-    return [
-        # The same check as the snapshot's, again right before mkfs: the disk may have
-        # been used since. wipefs fails when it cannot probe; blkid cannot say so.
-        f"hk_dev={dev}",
-        '[ -b "$hk_dev" ] || hk_fail "$hk_dev is not a block device"',
-        'dd if="$hk_dev" of=/dev/null bs=4096 count=1 2>/dev/null || hk_fail "cannot read $hk_dev"',
-        'hk_found=$(wipefs --no-act --noheadings --output TYPE -- "$hk_dev") '
-        '|| hk_fail "wipefs cannot probe $hk_dev; not formatting it"',
-        'hk_found="$hk_found $(blkid -p -o value -s TYPE -s PTTYPE -- "$hk_dev" || true)'
-        ' $(lsblk -n -r -o PATH -- "$hk_dev" | tail -n +2)"',
-        "hk_found=$(echo $hk_found)",
-        '[ -z "$hk_found" ] || hk_fail "refusing to format $hk_dev: it is not blank: it carries $hk_found"',
-        "hk_uuid=$(cat /proc/sys/kernel/random/uuid)",
-        MKFS_COMMANDS[plan.fstype],
-        "if command -v udevadm > /dev/null; then udevadm settle || true; fi",
-        f'hk_fstab_put mount {mount} "{line}"',
-        "hk_reload_if_fstab_changed",
-        f"mkdir -p -- {mount}",
-        f'mount --fstab "$hk_fstab" {mount}',
-        f'[ "$(findmnt -n -o SOURCE --mountpoint {mount})" = "$(readlink -f -- "$hk_dev")" ] '
-        f'|| hk_fail "{plan.mount} does not show $hk_dev after mount"',
-    ]
+    settings = {
+        "hk_dev": plan.device, "hk_mount": plan.mount, "hk_fstype": plan.fstype,
+        "hk_mount_options": NVME_MOUNT_OPTIONS,
+    }
+    return [*(f"{name}={_q(value)}" for name, value in settings.items()), NVME_FORMAT]
 
 
 def _boot_safe(entry) -> bool:

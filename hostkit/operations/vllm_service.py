@@ -48,7 +48,7 @@ from pyinfra.api.exceptions import OperationValueError
 from hostkit.remote import host_file
 from hostkit.facts.snapshot import mark_changed, snapshot
 from hostkit.facts.vllm_service import (
-    FileStat,
+    ModeAndOwnership,
     ServiceTarget,
     VllmServiceFact,
     VllmServiceState,
@@ -68,8 +68,8 @@ from hostkit.units.vllm_unit import (
     render_unit,
 )
 
-ENV_FILE_STAT = FileStat("600", "root", "root")
-ENV_DIR_STAT = FileStat("700", "root", "root")
+ENV_FILE_STAT = ModeAndOwnership("600", "root", "root")
+ENV_DIR_STAT = ModeAndOwnership("700", "root", "root")
 JOURNAL_LINES = 30
 PAGE_SIZE = 4096
 

@@ -23,6 +23,7 @@ from pyinfra.api import FactBase, FileUploadCommand, FunctionCommand, StringComm
 from hostkit.remote import host_file
 from hostkit import templates
 from hostkit.operations import lock
+from hostkit.facts.systemctl_show import SHOW_FUNCTIONS, parse_show
 from hostkit.operations.callbacks import current_connector_arguments
 from hostkit.operations.vllm_service import _log_lines, _script, text_sha256, verify_problems
 from hostkit.plan.plans import VLLM_UNIT, VllmPlan
@@ -108,12 +109,12 @@ class WatchdogFact(FactBase):
     """The installed watchdog: file hashes and unit state."""
 
     def command(self) -> str:
-        properties = " ".join(f"-p {name}" for name in _SHOW)
-        return "; ".join((_sha_line("unit_sha256", WATCHDOG_UNIT_PATH), _sha_line("script_sha256", SCRIPT_PATH),
-                          f"systemctl show {WATCHDOG_UNIT} {properties} 2>/dev/null; true"))
+        return "\n".join((SHOW_FUNCTIONS, _sha_line("unit_sha256", WATCHDOG_UNIT_PATH),
+                          _sha_line("script_sha256", SCRIPT_PATH), f"hk_show {WATCHDOG_UNIT} {' '.join(_SHOW)}",
+                          "true"))
 
     def process(self, output: list[str]) -> WatchdogState:
-        values = dict(line.split("=", 1) for line in output if "=" in line)
+        values = parse_show(output)
         return WatchdogState(values.pop("unit_sha256", "") or None, values.pop("script_sha256", "") or None, values)
 
 

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from hostkit.plan import sysctl_values, vllm_memory
 from hostkit.vllm import model_catalog
 from hostkit.vllm.model_catalog import ModelConfigError, ModelSpec
-from hostkit.plan.planning_facts import FilesystemFact, GpuFact, NvmeDeviceFact, PlanningFacts
+from hostkit.plan.planning_facts import FilesystemFact, GpuMemoryFact, NvmeDeviceFact, PlanningFacts
 from hostkit.plan.platform_findings import platform_findings
 from hostkit.plan.plans import (
     SWAP_FILE_NAME,
@@ -584,7 +584,7 @@ def _profiled_batch(p: HostProfile, max_model_len: int) -> tuple[bool | None, in
     return chunked, batched
 
 
-def _gpu_holders(gpu: GpuFact) -> str:
+def _gpu_holders(gpu: GpuMemoryFact) -> str:
     """Who holds the memory that is not the vLLM unit's, for the refusal."""
     if gpu.processes_unknown:
         return f"Held by processes unknown ({gpu.processes_unknown.splitlines()[0]})"

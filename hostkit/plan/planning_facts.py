@@ -54,7 +54,7 @@ class GpuProcessFact(_Facts):
     used_mib: int | None
 
 
-class GpuFact(_Facts):
+class GpuMemoryFact(_Facts):
     index: int
     name: str
     memory_total_mib: int
@@ -93,7 +93,7 @@ class PlanningFacts(_Facts):
     filesystems: list[FilesystemFact] = Field(default_factory=list)
     nvme_devices: list[NvmeDeviceFact] = Field(default_factory=list)
     swaps: list[SwapFact] = Field(default_factory=list)
-    gpus: list[GpuFact] = Field(default_factory=list)
+    gpus: list[GpuMemoryFact] = Field(default_factory=list)
     # Contents of <vllm_model>/config.json on the host, when vllm_model is a local directory.
     model_config_json: dict[str, Any] | None = None
     # SELinux, tuned, the probes' python, driver upgrades (hostkit.plan.platform_findings reads it).

@@ -8,7 +8,7 @@ from hostkit.facts.gpu import GpuDevice, GpuFacts
 from hostkit.facts.snapshot import HostSnapshot, snapshot
 from hostkit.plan.planning_facts import (
     FilesystemFact,
-    GpuFact,
+    GpuMemoryFact,
     GpuProcessFact,
     InstalledVllmFact,
     NvmeDeviceFact,
@@ -21,11 +21,11 @@ from hostkit.plan.plans import VLLM_UNIT
 VLLM_UNIT_CGROUP = f"/system.slice/{VLLM_UNIT}"
 
 
-def gpu_fact(gpu: GpuDevice, facts: GpuFacts, unit_cgroup: str = VLLM_UNIT_CGROUP) -> GpuFact:
+def gpu_fact(gpu: GpuDevice, facts: GpuFacts, unit_cgroup: str = VLLM_UNIT_CGROUP) -> GpuMemoryFact:
     """One GPU's memory, split into the vLLM unit's and everyone else's by each holder's cgroup."""
     held = [p for p in facts.processes if p.gpu_uuid == gpu.uuid]
     own = [p for p in held if p.in_cgroup(unit_cgroup)]
-    return GpuFact(
+    return GpuMemoryFact(
         index=gpu.index,
         name=gpu.name,
         memory_total_mib=gpu.memory_total_mib or 0,

@@ -1,7 +1,7 @@
 # The snapshot's gpu section. hostkit.facts.gpu.GpuFact sets before it: hk_mark (the part
 # marker's prefix), hk_query_fields and hk_apps_fields (nvidia-smi's --query-* lists),
-# hk_smi_s and hk_log_s (deadlines), hk_driver_version (the driver's /proc file),
-# hk_xid_limit and hk_timed_out; and hk_deadline (hostkit.facts.deadline).
+# hk_smi_s (the deadline), hk_driver_version (the driver's /proc file); hk_deadline
+# (hostkit.facts.deadline) and hk_kernel_log, set to read the Xid lines (hostkit.facts.kernel_log).
 hk_any() { [ -e "$1" ] || [ -L "$1" ]; }
 # The command line, NUL bytes as spaces, of each process whose comm is $1.
 hk_cmdlines_of() {
@@ -37,23 +37,10 @@ hk_any /dev/nvidia* && ls -ld /dev/nvidia* 2>/dev/null
 echo "${hk_mark}persistenced@@"
 hk_cmdlines_of nvidia-persiste
 echo "${hk_mark}xid@@"
-# An empty answer (not even xid_total) means that log could not be read.
-# A log read that timed out prints only its timeout line: partial is not clean.
-hk_xids() {
-  awk -v limit="$hk_xid_limit" -v timed_out="$hk_timed_out" '
-    index($0, timed_out) == 1 { t = $0; next }
-    /NVRM: Xid/ { n++; if (n <= limit) x[n] = $0 }
-    END { if (t) { print t; exit } for (i = 1; i <= n && i <= limit; i++) print x[i]; if (NR) print "xid_total=" n+0 }'
-}
 if [ ! -e "$hk_driver_version" ]; then
-  echo source=no-driver; echo xid_total=0
+  echo source=no-driver; echo total=0
 else
-  hk_log=
-  command -v journalctl >/dev/null 2>&1 && hk_source=journalctl \
-    && hk_log=$(hk_deadline "$hk_log_s" 'journalctl -k -b' journalctl -k -b -q --no-pager 2>/dev/null | hk_xids)
-  [ -n "$hk_log" ] || { hk_source=dmesg; hk_log=$(hk_deadline "$hk_log_s" dmesg dmesg 2>/dev/null | hk_xids); }
-  [ -n "$hk_log" ] || { hk_source=none; hk_log=xid_total=0; }
-  echo "source=$hk_source"; printf '%s\n' "$hk_log"
+  hk_kernel_log
 fi
 if hk_any /dev/nvidia-nvswitch*; then
   echo "${hk_mark}fabricmanager@@"

@@ -97,3 +97,16 @@ hk_create() {
   swapon -p "$3" "$1"
   hk_active "$1" || hk_fail "swapon $1 returned success but /proc/swaps does not list it (see dmesg)"
 }
+# hk_resize PATH SIZE_BYTES PRIORITY dd|nocow, make-before-break: PATH.new is made and swapped
+# on before PATH is swapped off and removed. The kernel refuses to rename or unlink an active
+# swap file (EPERM), so PATH.new is swapped off for the instant of the rename.
+hk_resize() {
+  hk_create "$1.new" "$2" "$3" "$4"
+  hk_swapoff "$1"
+  hk_partial=
+  rm -f -- "$1"
+  hk_swapoff "$1.new"
+  mv -f -- "$1.new" "$1"
+  swapon -p "$3" "$1"
+  hk_active "$1" || hk_fail "swapon $1 failed after the resize"
+}

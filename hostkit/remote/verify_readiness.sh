@@ -1,16 +1,16 @@
 # verify's readiness probe: poll until vLLM answers, its unit stops or the wait runs out; then
 # the unit's properties and its main process. hostkit.verify.probes sets before it: hk_unit,
 # hk_mark, hk_ready (what a ready answer contains), hk_interval, hk_properties (systemctl
-# show's -p words), hk_ready_probe (prints the probe's JSON line) and hk_waited_out (true
-# once hk_start is the wait's seconds ago).
-hk_prop() { systemctl show "$hk_unit" -p "$1" 2>/dev/null | sed -n "s/^$1=//p"; }
+# show's property names), hk_ready_probe (prints the probe's JSON line), hk_waited_out (true
+# once hk_start is the wait's seconds ago), and hk_show, hk_show_value
+# (hostkit.facts.systemctl_show).
 echo "${hk_mark}readiness@@"
 hk_start=$(date +%s); hk_attempts=0
 while :; do
   hk_attempts=$((hk_attempts + 1))
   hk_probe=$( hk_ready_probe 2>/dev/null )
   case $hk_probe in *"$hk_ready"*) hk_end=ready; break ;; esac
-  hk_state=$(hk_prop ActiveState)
+  hk_state=$(hk_show_value "$hk_unit" ActiveState)
   case $hk_state in activating|active|reloading) ;; *) hk_end="unit ${hk_state:-unknown}"; break ;; esac
   hk_waited_out && { hk_end=timeout; break; }
   sleep "$hk_interval"
@@ -18,9 +18,10 @@ done
 echo "outcome $hk_end"; echo "attempts $hk_attempts"; echo "waited $(( $(date +%s) - hk_start ))"
 echo "probe $hk_probe"
 echo "${hk_mark}unit@@"
-hk_show=$(systemctl show "$hk_unit" $hk_properties 2>/dev/null); printf '%s\n' "$hk_show"
+# $hk_properties is a list of names: split on purpose.
+hk_unit_lines=$(hk_show "$hk_unit" $hk_properties); printf '%s\n' "$hk_unit_lines"
 echo "${hk_mark}process@@"
-hk_pid=$(printf '%s\n' "$hk_show" | sed -n 's/^MainPID=//p')
+hk_pid=$(printf '%s\n' "$hk_unit_lines" | sed -n 's/^MainPID=//p')
 if [ "${hk_pid:-0}" != 0 ] && [ -r "/proc/$hk_pid/cmdline" ]; then
   echo "pid $hk_pid"
   awk '/^Uid:/ { print "uid " $3 }' "/proc/$hk_pid/status"

@@ -23,10 +23,10 @@ from typing import Any
 
 from hostkit.profile.host_profile import HostProfile
 from hostkit.rollout import idle as idle_module
-from hostkit.rollout.gate import direct_base_url, host_base_url, run_script_on_host
+from hostkit.rollout.gate import direct_base_url, host_base_url, host_source, run_script_on_host
 from hostkit.rollout.report import GateCheck
 
-IDLE_SOURCE = Path(idle_module.__file__).read_text()
+IDLE_SOURCE = host_source(idle_module)
 _PARALLEL = 64
 
 

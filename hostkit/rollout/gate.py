@@ -24,8 +24,16 @@ from hostkit.profile.host_profile import HostProfile
 from hostkit.rollout import probe as probe_module
 from hostkit.rollout.pyinfra_batch import limit_args
 from hostkit.rollout.report import RELEASE_CHECK, GateCheck, GateResult
+from hostkit.vllm import http_request as http_request_module
 
-PROBE_SOURCE = Path(probe_module.__file__).read_text()
+
+def host_source(module) -> str:
+    """A standard-library module of this package (probe.py, idle.py) as a host runs it: after
+    the text of hostkit.vllm.http_request, which on the controller the module imports."""
+    return "\n".join(Path(source.__file__).read_text() for source in (http_request_module, module))
+
+
+PROBE_SOURCE = host_source(probe_module)
 CONNECT_TIMEOUT_S = 3.0
 PARALLEL_PROBES = 64
 

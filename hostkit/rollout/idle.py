@@ -1,16 +1,19 @@
 """Wait until a vLLM server runs no request: `vllm:num_requests_running` on its /metrics.
 
-Standard library only, and no imports from hostkit: the same file runs in the controller
-(`wait_idle(...)`) and on a host (`python3 -c SOURCE ARGS_JSON`), like probe.py. vLLM
-serves /metrics without the API key. A server that does not answer runs no request; one
-without the metric cannot say, which the result notes.
+Standard library only: the same file runs in the controller (`wait_idle(...)`) and on a
+host (`python3 -c SOURCE ARGS_JSON`), like probe.py. vLLM serves /metrics without the API
+key. A server that does not answer runs no request; one without the metric cannot say,
+which the result notes.
 """
 
 import json
 import sys
 import time
-import urllib.error
-import urllib.request
+
+try:
+    from hostkit.vllm.http_request import http_request
+except ImportError:  # on a host, where SOURCE holds http_request's text before this file's
+    pass
 
 METRIC = "vllm:num_requests_running"
 
@@ -29,12 +32,12 @@ def running_requests(text):
 def _read(url):
     """(running requests or None, what the server said)."""
     try:
-        with urllib.request.urlopen(url, timeout=10) as response:
-            running = running_requests(response.read().decode("utf-8", "replace"))
-    except urllib.error.HTTPError as error:
-        return None, "HTTP {} from /metrics".format(error.code)
-    except (urllib.error.URLError, OSError) as error:
+        status, body = http_request(url, timeout=10)
+    except OSError as error:
         return 0, "not serving ({})".format(getattr(error, "reason", error))
+    if not 200 <= status < 300:
+        return None, "HTTP {} from /metrics".format(status)
+    running = running_requests(body.decode("utf-8", "replace"))
     if running is None:
         return None, "no {} on /metrics".format(METRIC)
     return running, "{:g} running".format(running)

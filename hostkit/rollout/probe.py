@@ -1,36 +1,30 @@
 """Ask a vLLM server whether it serves: /health, /v1/models, one real completion.
 
-Standard library only, and no imports from hostkit: the same file runs in the
-controller (`probe(...)`) and on a host (`python3 -c SOURCE ARGS_JSON`, with the API
-key as the first line of stdin so it never appears in argv, a process list or a log).
+Standard library only: the same file runs in the controller (`probe(...)`) and on a host
+(`python3 -c SOURCE ARGS_JSON`, SOURCE being hostkit.rollout.gate.host_source's, with the
+API key as the first line of stdin so it never appears in argv, a process list or a log).
 """
 
 import json
 import sys
 import time
-import urllib.error
-import urllib.request
+
+try:
+    from hostkit.vllm.http_request import http_request
+except ImportError:  # on a host, where SOURCE holds http_request's text before this file's
+    pass
 
 COMPLETION_PROMPT = "Reply with one word: ready?"
 
 
 def _request(url, api_key, body=None, timeout=30.0):
     """(HTTP status or None, parsed JSON or None, short error text)."""
-    headers = {"Accept": "application/json"}
-    data = None
-    if body is not None:
-        data = json.dumps(body).encode()
-        headers["Content-Type"] = "application/json"
-    if api_key:
-        headers["Authorization"] = "Bearer " + api_key
-    request = urllib.request.Request(url, data=data, headers=headers, method="POST" if body is not None else "GET")
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            status, raw = response.status, response.read()
-    except urllib.error.HTTPError as error:
-        return error.code, None, "HTTP {} {}".format(error.code, error.read()[:200].decode("utf-8", "replace").strip())
-    except (urllib.error.URLError, OSError) as error:
+        status, raw = http_request(url, api_key, body, timeout)
+    except OSError as error:
         return None, None, str(getattr(error, "reason", error))
+    if not 200 <= status < 300:
+        return status, None, "HTTP {} {}".format(status, raw[:200].decode("utf-8", "replace").strip())
     try:
         return status, json.loads(raw.decode("utf-8")), ""
     except ValueError:

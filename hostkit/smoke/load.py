@@ -10,11 +10,11 @@ import http.client
 import json
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+
+from hostkit.vllm.http_request import http_request
 
 DEFAULT_PROMPT = (
     "Explain in a few paragraphs how an operating system decides which memory pages to move to swap, "
@@ -31,22 +31,9 @@ def api_base(url: str) -> str:
     return base
 
 
-def _request(url: str, api_key: str | None, payload: dict | None, timeout: float) -> tuple[int, bytes]:
-    headers = {"Content-Type": "application/json"}
-    if api_key:
-        headers["Authorization"] = f"Bearer {api_key}"
-    data = json.dumps(payload).encode() if payload is not None else None
-    request = urllib.request.Request(url, data=data, headers=headers, method="POST" if data else "GET")
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            return response.status, response.read()
-    except urllib.error.HTTPError as error:
-        return error.code, error.read()
-
-
 def served_model(base: str, api_key: str | None, timeout: float = 30) -> str:
     """The first model `/v1/models` lists."""
-    status, body = _request(f"{base}/v1/models", api_key, None, timeout)
+    status, body = http_request(f"{base}/v1/models", api_key, None, timeout)
     if status != 200:
         raise RuntimeError(f"GET {base}/v1/models answered HTTP {status}: {body[:200].decode(errors='replace')}")
     models = json.loads(body).get("data") or []
@@ -113,7 +100,7 @@ def _one(base: str, model: str, prompt: str, max_tokens: int, api_key: str | Non
     payload = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0.7}
     started = time.monotonic()
     try:
-        status, body = _request(f"{base}/v1/completions", api_key, payload, timeout)
+        status, body = http_request(f"{base}/v1/completions", api_key, payload, timeout)
     except (OSError, http.client.HTTPException) as error:  # refused, reset, timed out, cut short
         reason = getattr(error, "reason", None) or error
         return RequestResult(started - t0, time.monotonic() - started, False, None, f"{type(error).__name__}: {reason}")

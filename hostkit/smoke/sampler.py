@@ -13,11 +13,8 @@ import threading
 import time
 from dataclasses import dataclass
 
-from hostkit.doctor.kernel_log import (
-    KernelLog,
-    kernel_log_oom_command,
-    parse_kernel_log,
-)
+from hostkit.facts.kernel_log import KernelLog, oom_lines_command, parse_kernel_log
+from hostkit.facts.systemctl_show import SHOW_FUNCTIONS
 from hostkit.plan.plans import VLLM_UNIT
 
 INTERVAL_S = 0.5
@@ -52,8 +49,8 @@ def sampler_script(unit: str = VLLM_UNIT, interval: float = INTERVAL_S, max_samp
     Shell builtins only, apart from `sleep`: on a loaded host every fork delays the sample.
     """
     keys = "|".join(f"{key}:" for key in _MEMINFO_KEYS)
-    return (
-        f"cg=/sys/fs/cgroup$(systemctl show -p ControlGroup --value {shlex.quote(unit)} 2>/dev/null); i=0; "
+    return SHOW_FUNCTIONS + "\n" + (
+        f"cg=/sys/fs/cgroup$(hk_show_value {shlex.quote(unit)} ControlGroup); i=0; "
         f"while [ $i -lt {max_samples} ]; do "
         "line=s; "
         f"while read -r key value rest; do case $key in {keys}) line=\"$line $key$value\";; esac; done < /proc/meminfo; "
@@ -122,7 +119,7 @@ class SshSampler:
 
     def kernel_log(self) -> KernelLog:
         for _ in range(SSH_ATTEMPTS):
-            result = subprocess.run([*self.ssh_argv, kernel_log_oom_command()], capture_output=True, text=True,
+            result = subprocess.run([*self.ssh_argv, oom_lines_command()], capture_output=True, text=True,
                                     timeout=120, check=False)
             if result.returncode != SSH_FAILED:
                 break
@@ -178,7 +175,7 @@ class LocalSampler:
         return list(self.samples)
 
     def kernel_log(self) -> KernelLog:
-        result = subprocess.run(["sh", "-c", kernel_log_oom_command()], capture_output=True, text=True,
+        result = subprocess.run(["sh", "-c", oom_lines_command()], capture_output=True, text=True,
                                 timeout=120, check=False)
         return parse_kernel_log(result.stdout.splitlines())
 

@@ -31,7 +31,8 @@ from hostkit.operations.vllm_service import ENV_FILE_STAT, memory_limit_problem,
 from hostkit.operations.watchdog import SCRIPT_PATH, WATCHDOG_UNIT, WATCHDOG_UNIT_PATH, watchdog_plan
 from hostkit.plan.plans import SYSCTL_FILE, THP_UNIT, VLLM_ENV_FILE, VLLM_UNIT, HostPlan, KernelPlan, SwapPlan, VllmPlan
 from hostkit.profile.sizes import MIB, format_size
-from hostkit.verify.probes import KernelLogOoms, Probes, VllmProcess
+from hostkit.facts.kernel_log import KernelLog
+from hostkit.verify.probes import Probes, VllmProcess
 from hostkit.vllm.runtime import InstallTarget, driver_floor, driver_problem, release_matches
 from hostkit.units.vllm_unit import UNIT_PATH, memory_directives, render_env, render_unit
 
@@ -371,11 +372,11 @@ def watchdog_checks(profile: Any, plan: VllmPlan, probes: Probes, host: str) -> 
 # -- kernel log ----------------------------------------------------------------------------
 
 
-def oom_checks(ooms: KernelLogOoms) -> list[CheckResult]:
+def oom_checks(ooms: KernelLog) -> list[CheckResult]:
     if ooms.source is None:
         return [_check("oom", "no OOM kills since boot", False, "no 'Killed process' in the kernel log since boot",
                        "unknown: neither journalctl -k nor dmesg was readable", "run the verification as root")]
-    shown = " | ".join(ooms.kills[:3]) + (f" (and {ooms.total - 3} more)" if ooms.total > 3 else "")
+    shown = " | ".join(ooms.lines[:3]) + (f" (and {ooms.total - 3} more)" if ooms.total > 3 else "")
     return [_check("oom", "no OOM kills since boot", ooms.total == 0,
                    f"no 'Killed process' in the kernel log since boot ({ooms.source})",
                    f"{ooms.total} OOM kills: {shown}" if ooms.total else "none",

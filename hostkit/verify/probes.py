@@ -9,8 +9,8 @@
   and user, and a sha256 of the VLLM_API_KEY in its environment (the key never leaves
   the host).
 - watchdog: the installed health watchdog (hostkit.operations.watchdog's fact).
-- oom: the `Killed process` lines of the kernel log since boot (`journalctl -k -b`, else
-  `dmesg`); an unreadable log is "unknown", never "clean".
+- oom: the `Killed process` lines of the kernel log since boot, the first OOM_LINE_LIMIT of
+  them (hostkit.facts.kernel_log); an unreadable log is "unknown", never "clean".
 
 Taken after the snapshot, and after waiting for readiness, so the unit's state and the
 process are those of a server that has finished starting.
@@ -22,7 +22,9 @@ import shlex
 from dataclasses import dataclass, field
 
 from hostkit.remote import host_file
+from hostkit.facts.kernel_log import KILL_LINES, KernelLog, kernel_log_command, parse_kernel_log
 from hostkit.facts.parts import parse_int
+from hostkit.facts.systemctl_show import SHOW_FUNCTIONS, parse_show
 from hostkit.operations.watchdog import WatchdogFact, WatchdogState
 from hostkit.plan.plans import VLLM_UNIT, VllmPlan
 from hostkit.vllm.readiness import Probe
@@ -67,15 +69,8 @@ class VllmProcess:
 
 
 @dataclass(frozen=True)
-class KernelLogOoms:
-    source: str | None  # "journalctl" | "dmesg" | None when unreadable
-    kills: tuple[str, ...] = ()  # the first OOM_LINE_LIMIT lines
-    total: int = 0
-
-
-@dataclass(frozen=True)
 class Probes:
-    ooms: KernelLogOoms
+    ooms: KernelLog  # its lines are the `Killed process` lines; total counts them all
     unit: dict[str, str] = field(default_factory=dict)  # systemctl show; empty when vLLM is not planned
     readiness: Readiness | None = None
     process: VllmProcess | None = None
@@ -86,37 +81,24 @@ def _mark(name: str) -> str:
     return f"echo '{MARKER}{name}@@'"
 
 
-# journalctl is read once: no line at all means it cannot read the kernel log here.
-_OOM = f"""{_mark("oom")}
-hk_ooms() {{
-  awk '/Killed process/ {{ n++; if (n <= {OOM_LINE_LIMIT}) print "kill " $0 }}
-       END {{ print "total=" n+0; print "lines=" NR }}'
-}}
-hk_log=""
-command -v journalctl >/dev/null 2>&1 && hk_log=$(journalctl -k -b -q --no-pager 2>/dev/null | hk_ooms)
-case $hk_log in *lines=0|"") hk_log=$(dmesg 2>/dev/null | hk_ooms); hk_source=dmesg ;; *) hk_source=journalctl ;; esac
-case $hk_log in *lines=0|"") hk_source=none ;; esac
-echo "source=$hk_source"; printf '%s\\n' "$hk_log"
-"""
-
 # hostkit.vllm.readiness's probe prints one JSON line; json.dumps spells a ready /health this way.
 _READY = '"health": 200'
 
 
 def probe_command(plan: VllmPlan, ready_timeout_s: int | None = None) -> str:
     """The probe script for a host with this vLLM plan; `ready_timeout_s` overrides the plan's wait."""
-    parts = [_OOM]
+    parts = [_mark("oom"), kernel_log_command(KILL_LINES, OOM_LINE_LIMIT)]
     if plan.enabled:
         settings = {
             "hk_unit": VLLM_UNIT,
             "hk_mark": MARKER,
             "hk_ready": _READY,
             "hk_interval": str(POLL_INTERVAL_S),
-            "hk_properties": " ".join(f"-p {name}" for name in UNIT_PROPERTIES),
+            "hk_properties": " ".join(UNIT_PROPERTIES),
         }
         parts += [f"{name}={shlex.quote(value)}" for name, value in settings.items()]
         wait = plan.ready_timeout_s if ready_timeout_s is None else ready_timeout_s
-        parts += [f"hk_ready_probe() {{ {readiness_probe_command(plan.host, plan.port)}; }}",
+        parts += [SHOW_FUNCTIONS, f"hk_ready_probe() {{ {readiness_probe_command(plan.host, plan.port)}; }}",
                   f"hk_waited_out() {{ [ $(( $(date +%s) - hk_start )) -ge {wait} ]; }}",
                   host_file("verify_readiness.sh")]
         parts += [_mark("watchdog"), WatchdogFact().command()]
@@ -135,21 +117,6 @@ def split_parts(output: list[str]) -> dict[str, list[str]]:
     return parts
 
 
-def _parse_ooms(lines: list[str]) -> KernelLogOoms:
-    source: str | None = None
-    kills: list[str] = []
-    total = 0
-    for line in lines:
-        if line.startswith("source="):
-            value = line[len("source="):].strip()
-            source = None if value == "none" else value
-        elif line.startswith("kill "):
-            kills.append(line[len("kill "):])
-        elif line.startswith("total="):
-            total = parse_int(line[len("total="):], 0, signed=True)
-    return KernelLogOoms(source, tuple(kills), total)
-
-
 def _parse_readiness(lines: list[str]) -> Readiness:
     values: dict[str, str] = {}
     for line in lines:
@@ -161,15 +128,6 @@ def _parse_readiness(lines: list[str]) -> Readiness:
         attempts=parse_int(values.get("attempts", "0"), 0, signed=True),
         waited_s=parse_int(values.get("waited", "0"), 0, signed=True),
     )
-
-
-def _parse_unit(lines: list[str]) -> dict[str, str]:
-    unit = {}
-    for line in lines:
-        key, sep, value = line.partition("=")
-        if sep:
-            unit[key] = value
-    return unit
 
 
 def _parse_process(lines: list[str]) -> VllmProcess | None:
@@ -201,8 +159,8 @@ def parse_probes(output: list[str]) -> Probes:
     if "readiness" in parts:
         readiness = _parse_readiness(parts["readiness"])
     return Probes(
-        ooms=_parse_ooms(parts.get("oom", [])),
-        unit=_parse_unit(parts.get("unit", [])),
+        ooms=parse_kernel_log(parts.get("oom", [])),
+        unit=parse_show(parts.get("unit", [])),
         readiness=readiness,
         process=_parse_process(parts.get("process", [])),
         watchdog=WatchdogFact().process(parts["watchdog"]) if "watchdog" in parts else None,

@@ -74,22 +74,24 @@ class RemoteShell:
 
 
 @dataclass(frozen=True)
-class Observation:
+class HostReadings:
+    """What verify read from one host: the snapshot, then, when a plan could be made, the probes."""
+
     snapshot: HostSnapshot
     probes: Probes | None  # None when no plan could be made, so nothing was probed
     plan: Any  # HostPlan | None
     plan_error: str | None
 
 
-def observe(shell: RemoteShell, name: str, profile: Any, ready_timeout_s: int | None = None) -> Observation:
+def read_host(shell: RemoteShell, name: str, profile: Any, ready_timeout_s: int | None = None) -> HostReadings:
     fact = HostSnapshotFact()
     snapshot = fact.process(shell.run(fact.command(profile=profile), "snapshot"))
     try:
         plan = plan_host(profile, planning_facts(snapshot), host_name=name)
     except PlanError as error:
-        return Observation(snapshot, None, None, str(error))
+        return HostReadings(snapshot, None, None, str(error))
     probes = parse_probes(shell.run(probe_command(plan.vllm, ready_timeout_s), "probe"))
-    return Observation(snapshot, probes, plan, None)
+    return HostReadings(snapshot, probes, plan, None)
 
 
 def verify_host(name: str, host: Any, profile: Any, ready_timeout_s: int | None = None) -> HostReport:
@@ -98,17 +100,17 @@ def verify_host(name: str, host: Any, profile: Any, ready_timeout_s: int | None 
     shell = RemoteShell(host)
     report = HostReport(name)
     try:
-        observation = observe(shell, name, profile, ready_timeout_s)
+        readings = read_host(shell, name, profile, ready_timeout_s)
     except GatherError as error:
         report.error = str(error)
     else:
-        if observation.plan is None:
+        if readings.plan is None:
             report.checks.append(CheckResult("plan", "plan", False, "a plan for this host's profile",
-                                             observation.plan_error or "", "fix the inventory data"))
+                                             readings.plan_error or "", "fix the inventory data"))
         else:
-            report.warnings = list(observation.plan.warnings)
+            report.warnings = list(readings.plan.warnings)
             try:
-                report.checks = check_host(profile, observation.plan, observation.snapshot, observation.probes)
+                report.checks = check_host(profile, readings.plan, readings.snapshot, readings.probes)
             except Exception as error:  # a bug must not cost the other hosts their reports
                 report.error = f"checking failed: {type(error).__name__}: {error}"
     report.remote_commands = shell.commands

@@ -10,6 +10,8 @@
 - `run_deploy(host_or_hosts, data=None, deploy=..., extra=())` (`module_run_deploy` for module
   fixtures): the pyinfra CLI on a temporary
   inventory holding those hosts with the lab data plus `data`; returns a PyinfraRun.
+- `lab_inventory(path, host_or_hosts, data=None)`: that inventory, for tests that run something else
+  on it (hostkit verify or rollout, pyinfra in the background).
 """
 
 from __future__ import annotations
@@ -33,6 +35,17 @@ def lab_data() -> dict:
     namespace: dict = {}
     exec(compile((REPO / "inventories" / "lab.py").read_text(), "inventories/lab.py", "exec"), namespace)
     return dict(namespace["LAB_DATA"])
+
+
+def lab_inventory(path: Path, hosts, data: dict | None = None, per_host_data: dict | None = None) -> Path:
+    """A pyinfra inventory at `path` of lab hosts, each with its connection data, the lab data,
+    `data` and its own entry in `per_host_data` (the later win); a value UNSET drops its key."""
+    entries = []
+    for lab_host in hosts if isinstance(hosts, (list, tuple)) else [hosts]:
+        host_data = {**lab_host.pyinfra_data(), **lab_data(), **(data or {}),
+                     **(per_host_data or {}).get(lab_host.name, {})}
+        entries.append((lab_host.name, {k: v for k, v in host_data.items() if v is not UNSET}))
+    return write_inventory(path, entries)
 
 
 # `make test` runs the end-to-end modules on two pytest-xdist workers, each in its own lane
@@ -238,13 +251,7 @@ def deploy_runner(tmp_path: Path):
 
     def run(hosts, data: dict | None = None, deploy: str | Path = MAIN_DEPLOY, extra=(),
             per_host_data: dict | None = None, timeout: float = 1800) -> PyinfraRun:
-        hosts = hosts if isinstance(hosts, (list, tuple)) else [hosts]
-        entries = []
-        for lab_host in hosts:
-            host_data = {**lab_host.pyinfra_data(), **lab_data(), **(data or {})}
-            host_data.update((per_host_data or {}).get(lab_host.name, {}))
-            entries.append((lab_host.name, {k: v for k, v in host_data.items() if v is not UNSET}))
-        inventory = write_inventory(tmp_path / f"inventory_{next(counter)}.py", entries)
+        inventory = lab_inventory(tmp_path / f"inventory_{next(counter)}.py", hosts, data, per_host_data)
         return run_pyinfra(inventory, deploy, *extra, cwd=REPO, timeout=timeout)
 
     return run

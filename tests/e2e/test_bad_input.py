@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from tests.e2e.conftest import UNSET
+from tests.e2e.lab_shell import sh
 
 
 @dataclass(frozen=True)
@@ -132,19 +133,8 @@ echo "vllm $(systemctl is-active vllm.service 2>&1) $(id -u vllm 2>&1 | head -c 
 """
 
 
-def ssh(lab_host, command: str) -> str:
-    """`command`'s output; a loaded lab machine sometimes times out the ssh banner (exit 255)."""
-    for _ in range(6):
-        result = lab_host.ssh(command)
-        if result.returncode != 255:
-            break
-        time.sleep(5)
-    assert result.returncode == 0, result.stderr
-    return result.stdout
-
-
 def state_digest(lab_host) -> str:
-    return ssh(lab_host, STATE_DIGEST)
+    return sh(lab_host, STATE_DIGEST)
 
 
 @dataclass
@@ -172,16 +162,14 @@ class Campaign:
 @pytest.fixture(scope="module")
 def campaign(main_host, tmp_path_factory) -> Campaign:
     """Every case run once against `main_host`, the digest taken before all and after each."""
-    from tests.e2e.conftest import MAIN_DEPLOY, REPO, lab_data
-    from hostkit.fleet.pyinfra_runner import run_pyinfra, write_inventory
+    from tests.e2e.conftest import MAIN_DEPLOY, REPO, lab_inventory
+    from hostkit.fleet.pyinfra_runner import run_pyinfra
 
     directory = tmp_path_factory.mktemp("bad-input")
     before = state_digest(main_host)
 
     def run(case: Case) -> tuple[str, Outcome]:
-        data = {**main_host.pyinfra_data(), **lab_data(), **case.data}
-        data = {key: value for key, value in data.items() if value is not UNSET}
-        inventory = write_inventory(directory / f"{case.id}.py", [(main_host.name, data)])
+        inventory = lab_inventory(directory / f"{case.id}.py", main_host, case.data)
         started = time.monotonic()
         run = run_pyinfra(inventory, MAIN_DEPLOY, cwd=REPO, timeout=600)
         digest = state_digest(main_host)

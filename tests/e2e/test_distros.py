@@ -12,8 +12,7 @@ import sys
 import pytest
 
 from hostkit.facts.platform import PlatformFact, PlatformInfo
-from hostkit.fleet.pyinfra_runner import write_inventory
-from tests.e2e.conftest import REPO, lab_data
+from tests.e2e.conftest import REPO, lab_inventory
 from tests.standin.install import install_standin
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
@@ -38,7 +37,7 @@ def test_main_deploy_reboot_and_verify(lab_host_factory, run_deploy, tmp_path, o
     assert second.ok and second.changed == [], f"{second.changed}\n{second.output[-3000:]}"
 
     lab_host.reboot()
-    inventory = write_inventory(tmp_path / "inventory.py", [(lab_host.name, {**lab_host.pyinfra_data(), **lab_data()})])
+    inventory = lab_inventory(tmp_path / "inventory.py", lab_host)
     verify = subprocess.run([sys.executable, "-m", "hostkit", "verify", str(inventory), "--format", "json"],
                             capture_output=True, text=True, cwd=REPO, timeout=900)
     assert verify.returncode == 0, verify.stdout[-4000:] + verify.stderr[-2000:]

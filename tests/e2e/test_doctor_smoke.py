@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from hostkit.fleet.pyinfra_runner import run_pyinfra, write_inventory
-from tests.e2e.conftest import MAIN_DEPLOY, REPO, lab_data
+from hostkit.fleet.pyinfra_runner import run_pyinfra
+from tests.e2e.conftest import MAIN_DEPLOY, REPO, lab_data, lab_inventory
 
 pytestmark = pytest.mark.lab
 
@@ -39,11 +39,10 @@ SERVE_DATA = {
 @pytest.fixture(scope="module")
 def served(main_host, tmp_path_factory):
     """(lab host, inventory path, data): deployed with SERVE_DATA, serving the stand-in."""
-    data = {**main_host.pyinfra_data(), **lab_data(), **SERVE_DATA}
-    inventory = write_inventory(tmp_path_factory.mktemp("doctor") / "inventory.py", [(main_host.name, data)])
+    inventory = lab_inventory(tmp_path_factory.mktemp("doctor") / "inventory.py", main_host, SERVE_DATA)
     run = run_pyinfra(inventory, MAIN_DEPLOY, cwd=REPO)
     assert run.ok, run.output[-4000:]
-    return main_host, inventory, data
+    return main_host, inventory, {**lab_data(), **SERVE_DATA}
 
 
 def hostkit(*args: str, env: dict | None = None, timeout: float = 600) -> subprocess.CompletedProcess:

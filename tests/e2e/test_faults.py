@@ -14,14 +14,14 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
-from hostkit.fleet.pyinfra_runner import write_inventory
 from hostkit.vllm.readiness import Probe, probe_command
-from tests.e2e.conftest import MAIN_DEPLOY, REPO, lab_data
+from tests.e2e.conftest import MAIN_DEPLOY, REPO, lab_inventory
+from tests.e2e.lab_shell import sh
 from tests.standin.install import install_standin
+from tests.waiting import wait_for
 
 SWAP = "/mnt/nvme/vllm-hostkit.swap"
 LOCK = "/run/vllm-hostkit/deploy.lock"
@@ -40,21 +40,9 @@ def host(shared_lab_host):
     return shared_lab_host
 
 
-def sh(lab_host, command: str) -> str:
-    """`command`'s output; a loaded lab machine sometimes times out the ssh banner (exit 255)."""
-    for _ in range(6):
-        result = lab_host.ssh(command)
-        if result.returncode != 255:
-            break
-        time.sleep(5)
-    assert result.returncode == 0, f"{command}: {result.stderr}"
-    return result.stdout
-
-
 def start_deploy(lab_host, tmp_path, name: str, **data) -> subprocess.Popen:
     """The pyinfra CLI in the background, in its own process group (so a test can kill it)."""
-    inventory = write_inventory(tmp_path / f"{name}.py",
-                                [(lab_host.name, {**lab_host.pyinfra_data(), **lab_data(), **BASE, **data})])
+    inventory = lab_inventory(tmp_path / f"{name}.py", lab_host, {**BASE, **data})
     return subprocess.Popen([sys.executable, "-m", "pyinfra", str(inventory), str(MAIN_DEPLOY), "-y"],
                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)
@@ -65,10 +53,8 @@ def deploy(run_deploy, lab_host, **data):
 
 
 def wait_on_host(lab_host, condition: str, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while lab_host.ssh(condition, timeout=60).returncode != 0:
-        assert time.monotonic() < deadline, f"{what}: not seen within {timeout:.0f}s"
-        time.sleep(0.5)
+    assert wait_for(lambda: lab_host.ssh(condition, timeout=60).returncode == 0, timeout, interval=0.5), \
+        f"{what}: not seen within {timeout:.0f}s"
 
 
 def assert_converged(run_deploy, lab_host, swap_bytes: int = GIB, **data) -> None:
@@ -166,10 +152,7 @@ def test_a_reboot_between_the_swap_and_unit_steps_then_a_rerun_converges(host, r
     sh(host, watcher)
     run = start_deploy(host, tmp_path, "rebooted", vllm_max_num_seqs=32)
     try:
-        deadline = time.monotonic() + 1800
-        while host.pid is not None:
-            assert time.monotonic() < deadline, "the host never lost power"
-            time.sleep(1)
+        assert wait_for(lambda: host.pid is None, 1800), "the host never lost power"
         host.start()
         host.wait_for_ssh(timeout=1800, not_boot_id=boot)
         output, _ = run.communicate(timeout=60)  # a connection that died silently may hang

@@ -6,16 +6,13 @@ import sys
 
 import pytest
 
-from hostkit.fleet.pyinfra_runner import write_inventory
-
-from conftest import REPO, lab_data
+from conftest import REPO, lab_data, lab_inventory
 
 
 @pytest.mark.slow
 def test_deploy_converges_reruns_without_change_and_survives_a_reboot(main_host, run_deploy, tmp_path):
     lab_host = main_host
-    inventory = write_inventory(tmp_path / "lab_inventory.py",
-                                [(lab_host.name, {**lab_host.pyinfra_data(), **lab_data()})])
+    inventory = lab_inventory(tmp_path / "lab_inventory.py", lab_host)
 
     plan = subprocess.run([sys.executable, "-m", "hostkit", "plan", str(inventory), "--format", "json"],
                           capture_output=True, text=True, cwd=REPO, timeout=600)

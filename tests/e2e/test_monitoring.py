@@ -28,10 +28,12 @@ import pytest
 
 from hostkit.facts.monitoring import MonitoringFact
 from hostkit.profile.host_profile import profile_from_data
-from hostkit.fleet.pyinfra_runner import run_pyinfra, write_inventory
-from tests.e2e.conftest import MAIN_DEPLOY, REPO, lab_data
+from hostkit.fleet.pyinfra_runner import run_pyinfra
+from tests.e2e.conftest import MAIN_DEPLOY, REPO, lab_data, lab_inventory
 from tests.e2e.test_doctor_smoke import forwarded, hostkit
+from tests.e2e.vllm_unit import sh
 from tests.prometheus_dist import api, prometheus_server
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.lab
 
@@ -77,17 +79,10 @@ def exposed(text: str) -> dict[str, float]:
     return values
 
 
-def sh(lab_host, command: str, timeout: float = 120) -> str:
-    result = lab_host.ssh(command, timeout=timeout)
-    assert result.returncode == 0, f"`{command}` exited {result.returncode}: {result.stderr}"
-    return result.stdout
-
-
 @pytest.fixture(scope="module")
 def monitored(main_host, tmp_path_factory):
     """(lab host, inventory): deployed twice with MONITOR_DATA; the second run's output."""
-    data = {**main_host.pyinfra_data(), **lab_data(), **MONITOR_DATA}
-    inventory = write_inventory(tmp_path_factory.mktemp("monitoring") / "inventory.py", [(main_host.name, data)])
+    inventory = lab_inventory(tmp_path_factory.mktemp("monitoring") / "inventory.py", main_host, MONITOR_DATA)
     first = run_pyinfra(inventory, MAIN_DEPLOY, cwd=REPO)
     assert first.ok, first.output[-4000:]
     assert "vLLM host | Memory monitoring" in first.changed
@@ -109,7 +104,7 @@ def test_the_deploy_converges_and_verify_checks_the_collector(monitored):
     # One collector run's /health probe can miss its deadline on a loaded lab machine (CI,
     # 2026-12-01: up 0 right after the rerun): up within four runs.
     values = wait_for(lambda: (v := node_exporter_values()).get("hostkit_vllm_up") == 1 and v, 60,
-                      "hostkit_vllm_up 1 in node_exporter's /metrics")
+                      "hostkit_vllm_up 1 in node_exporter's /metrics", interval=2, ignoring=OSError)
     assert values["hostkit_vllm_memory_max_bytes"] == MEMORY_MAX_MIB * MIB
     assert time.time() - values["hostkit_collector_last_success_timestamp_seconds"] < 60
     result = hostkit("verify", str(inventory), "--format", "json")
@@ -177,19 +172,6 @@ def prometheus(tmp_path: Path, host_name: str, targets: dict[str, str]):
         yield base
 
 
-def wait_for(check, timeout: float, what: str, interval: float = 2):
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            result = check()
-        except OSError:
-            result = None
-        if result:
-            return result
-        assert time.monotonic() < deadline, f"timed out after {timeout:.0f}s waiting for {what}"
-        time.sleep(interval)
-
-
 def firing(base: str, name: str) -> dict | None:
     return next((alert for alert in api(base, "alerts")["alerts"]
                  if alert["labels"]["alertname"] == name and alert["state"] == "firing"), None)
@@ -204,8 +186,9 @@ def test_alerts_fire_on_a_memory_overrun_in_the_unit(monitored, tmp_path):
         vllm_url = stack.enter_context(forwarded(lab_host, 8000))
         base = stack.enter_context(prometheus(tmp_path, lab_host.name, {"node": node_url, "vllm": vllm_url}))
         wait_for(lambda: {t["labels"]["job"] for t in api(base, "targets")["activeTargets"] if t["health"] == "up"}
-                 == {"node", "vllm"}, 60, "both scrape targets up")
-        wait_for(lambda: api(base, "query", query="hostkit_vllm_up")["result"], 30, "hostkit_vllm_up scraped")
+                 == {"node", "vllm"}, 60, "both scrape targets up", interval=2, ignoring=OSError)
+        wait_for(lambda: api(base, "query", query="hostkit_vllm_up")["result"], 30, "hostkit_vllm_up scraped",
+                 interval=2, ignoring=OSError)
         standin = api(base, "query", query='vllm:num_requests_running{job="vllm"}')["result"]
         assert standin and standin[0]["metric"]["model_name"] == "lab-model"
 
@@ -221,7 +204,7 @@ def test_alerts_fire_on_a_memory_overrun_in_the_unit(monitored, tmp_path):
                      f"python3 -c {shlex.quote(HOG)} {cgroup_dir} /tmp/hog-target")
         try:
             peak_alert = wait_for(lambda: firing(base, "HostkitVllmMemoryPeakNearLimit"), 300,
-                                  "HostkitVllmMemoryPeakNearLimit firing")
+                                  "HostkitVllmMemoryPeakNearLimit firing", interval=2, ignoring=OSError)
         except AssertionError as timed_out:
             seen = api(base, "query", query="hostkit_vllm_memory_peak_bytes / hostkit_vllm_memory_max_bytes")
             hog = sh(lab_host, "systemctl show -p ActiveState,MainPID hostkit-hog; cat /tmp/hog-target")
@@ -229,8 +212,10 @@ def test_alerts_fire_on_a_memory_overrun_in_the_unit(monitored, tmp_path):
         assert sh(lab_host, "dmesg | grep -c 'Killed process' || true").strip() == kills_before  # no kill yet
 
         sh(lab_host, f"echo {MEMORY_MAX_MIB * 2} > /tmp/hog-target")
-        oom_alert = wait_for(lambda: firing(base, "HostkitVllmOomKill"), 150, "HostkitVllmOomKill firing")
-        host_alert = wait_for(lambda: firing(base, "HostkitHostOomKill"), 60, "HostkitHostOomKill firing")
+        oom_alert = wait_for(lambda: firing(base, "HostkitVllmOomKill"), 150, "HostkitVllmOomKill firing",
+                             interval=2, ignoring=OSError)
+        host_alert = wait_for(lambda: firing(base, "HostkitHostOomKill"), 60, "HostkitHostOomKill firing",
+                              interval=2, ignoring=OSError)
         assert "oom_memcg=/system.slice/vllm.service" in sh(lab_host, "dmesg")
         print(json.dumps({"alerts": [peak_alert, oom_alert, host_alert]}, indent=2))
         assert peak_alert["labels"]["severity"] == "warning" and oom_alert["labels"]["severity"] == "critical"
@@ -238,5 +223,5 @@ def test_alerts_fire_on_a_memory_overrun_in_the_unit(monitored, tmp_path):
         # Under the kill's memory pressure one scrape of the node target can fail (CI: the query
         # came back empty right after both OOM alerts fired), and its series then read as stale.
         ooms = wait_for(lambda: api(base, "query", query="hostkit_vllm_oom_kills_total")["result"], 60,
-                        "hostkit_vllm_oom_kills_total scraped after the kill")
+                        "hostkit_vllm_oom_kills_total scraped after the kill", interval=2, ignoring=OSError)
         assert float(ooms[0]["value"][1]) >= 1

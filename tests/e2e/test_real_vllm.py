@@ -24,9 +24,10 @@ import pytest
 
 from hostkit.lab import Lab, real_vllm
 from tests.e2e.test_doctor_smoke import forwarded
-from tests.e2e.test_monitoring import api, prometheus, wait_for
-from tests.e2e.vllm_unit import CGROUP_PROCS, alive, serving, sh, show, unit_pids, until
+from tests.e2e.test_monitoring import api, prometheus
+from tests.e2e.vllm_unit import CGROUP_PROCS, alive, serving, sh, show, unit_pids
 from tests.realvllm.lab_disk import PREPARE_HOST, lab_disk
+from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.lab, pytest.mark.real_vllm_lab]
 
@@ -132,7 +133,8 @@ def test_prometheus_scrapes_real_vllms_metrics_named_in_the_shipped_snippet(real
     names = sorted(set(re.findall(r"vllm:[a-z_]+", snippet)) - {"vllm:gpu_cache_usage_perc"})
     assert len(names) >= 7, names
     with forwarded(real_host, 8000) as vllm_url, prometheus(tmp_path, real_host.name, {"vllm": vllm_url}) as base:
-        wait_for(lambda: api(base, "query", query='up{job="vllm"} == 1')["result"], 90, "vLLM's /metrics scraped")
+        wait_for(lambda: api(base, "query", query='up{job="vllm"} == 1')["result"], 90, "vLLM's /metrics scraped",
+                 interval=2, ignoring=OSError)
         missing = [name for name in names if not api(base, "query", query=name)["result"]]
         assert not missing, f"real vLLM 0.32 does not export {missing}"
         # The snippet's query for fleets of mixed releases.
@@ -148,8 +150,8 @@ def test_a_killed_worker_is_restarted_by_itself_with_no_old_process(real_host, d
     assert len(worker) == 1, worker
     killed = time.monotonic()
     sh(real_host, f"kill -KILL {worker[0]}")
-    restarted = until(lambda: (now := show(real_host))["MainPID"] not in ("0", before["MainPID"]) and now, 300,
-                      interval=2)
+    restarted = wait_for(lambda: (now := show(real_host))["MainPID"] not in ("0", before["MainPID"]) and now, 300,
+                         interval=2)
     assert restarted, f"not restarted: {show(real_host)}"
     new_start = time.monotonic() - killed
     report(case="worker killed", new_start_after_kill_s=round(new_start, 1))

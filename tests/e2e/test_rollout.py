@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from hostkit.fleet.pyinfra_runner import run_pyinfra, write_inventory
-from tests.e2e.conftest import FLEET_DATA, MAIN_DEPLOY, REPO, lab_data
+from hostkit.fleet.pyinfra_runner import run_pyinfra
+from tests.e2e.conftest import FLEET_DATA, MAIN_DEPLOY, REPO, lab_inventory
 from tests.standin.install import install_standin
 
 pytestmark = pytest.mark.lab
@@ -29,14 +29,6 @@ BASE = {**NEW, "vllm_served_model_name": "lab-model"}
 # 4 tokens at 15 s each: the probe's completion (30 s timeout) gives up; /health and
 # /v1/models, all the deploy's readiness gate and `hostkit verify` ask for, still answer.
 HANGING = {**NEW, "vllm_env": {**NEW["vllm_env"], "VLLM_STANDIN_STEP_DELAY_MS": "15000"}}
-
-
-def write_fleet(path: Path, hosts, data: dict, per_host: dict | None = None) -> Path:
-    entries = []
-    for lab_host in hosts:
-        host_data = {**lab_host.pyinfra_data(), **lab_data(), **data, **(per_host or {}).get(lab_host.name, {})}
-        entries.append((lab_host.name, host_data))
-    return write_inventory(path, entries)
 
 
 def rollout(inventory: Path, report: Path, *args: str) -> subprocess.CompletedProcess:
@@ -65,7 +57,7 @@ def test_rollout_happy_path_halt_on_a_failing_gate_and_resume(lab_fleet, tmp_pat
 
     # The happy path: canary, then the other two (2 of 3 at once: more than the default
     # --max-unavailable 25% allows); every host deployed and gated.
-    happy = rollout(write_fleet(tmp_path / "v1.py", hosts, BASE), tmp_path / "v1.json", "--batches", "1,100%",
+    happy = rollout(lab_inventory(tmp_path / "v1.py", hosts, BASE), tmp_path / "v1.json", "--batches", "1,100%",
                     "--max-unavailable", "2")
     assert happy.returncode == 0, explain(happy, hosts)
     report = json.loads((tmp_path / "v1.json").read_text())
@@ -80,7 +72,7 @@ def test_rollout_happy_path_halt_on_a_failing_gate_and_resume(lab_fleet, tmp_pat
 
     # A new configuration, one host per batch; the second host hangs on completions.
     third_before = served_state(third)
-    inventory = write_fleet(tmp_path / "v2.py", hosts, NEW, per_host={second.name: HANGING})
+    inventory = lab_inventory(tmp_path / "v2.py", hosts, NEW, per_host_data={second.name: HANGING})
     halted = rollout(inventory, tmp_path / "v2.json", "--batches", "1,2,100%", "--gate", "ready")
     assert halted.returncode == 1, explain(halted, hosts)
     report = json.loads((tmp_path / "v2.json").read_text())
@@ -95,7 +87,7 @@ def test_rollout_happy_path_halt_on_a_failing_gate_and_resume(lab_fleet, tmp_pat
     assert table[third.name] == ["3", "untouched"] and table[second.name] == ["2", "failed"]
 
     # The fix, then --resume: the first host is skipped, the second retried, the third rolled.
-    fixed = write_fleet(tmp_path / "v2.py", hosts, NEW)
+    fixed = lab_inventory(tmp_path / "v2.py", hosts, NEW)
     resumed = rollout(fixed, tmp_path / "v2-resumed.json", "--batches", "1,2,100%", "--gate", "ready",
                       "--resume", str(tmp_path / "v2.json"))
     assert resumed.returncode == 0, explain(resumed, hosts)
@@ -120,7 +112,7 @@ def invocation(lab_host) -> str:
 def test_a_serving_fleet_redeploys_without_restarts_and_rolls_a_release_with_drain(lab_fleet, tmp_path):
     hosts = lab_fleet
     names = [lab_host.name for lab_host in hosts]
-    inventory = write_fleet(tmp_path / "fleet.py", hosts, NEW)
+    inventory = lab_inventory(tmp_path / "fleet.py", hosts, NEW)
 
     # A plain re-deploy of the serving fleet (all hosts at once): nothing changes, nothing restarts.
     # (After the test above the first run changes nothing either; run alone, it converges.)
@@ -140,7 +132,7 @@ def test_a_serving_fleet_redeploys_without_restarts_and_rolls_a_release_with_dra
     log = tmp_path / "lb.log"
     hooks = {f"rollout_{action}_command": [sys.executable, str(HOOK), action, str(tmp_path / "ssh.json"), str(log)]
              for action in ("drain", "undrain")}
-    drained = write_fleet(tmp_path / "drained.py", hosts, {**NEW, **hooks, "rollout_drain_timeout": 60})
+    drained = lab_inventory(tmp_path / "drained.py", hosts, {**NEW, **hooks, "rollout_drain_timeout": 60})
     result = rollout(drained, tmp_path / "drain.json", "--batches", "100%", "--max-unavailable", "2", "--gate", "ready")
     print(result.stderr)
     assert result.returncode == 0, explain(result, hosts)

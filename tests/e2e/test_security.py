@@ -6,9 +6,10 @@ pyinfra's output (also at -vvv --debug) and the journal, and the unit's exposure
 from __future__ import annotations
 
 import re
-import time
 
 import pytest
+
+from tests.e2e.lab_shell import sh
 
 
 SECRET = "e2e-security-secret-8c1f"
@@ -29,30 +30,18 @@ MAX_EXPOSURE = 2.5
 def provisioned(main_host, tmp_path_factory):
     """(host, runs): the host after a deploy of a new key, then a rerun at -vvv --debug --diff that
     rewrites the env file (a new key) so the secret passes through pyinfra while it logs all."""
-    from hostkit.fleet.pyinfra_runner import run_pyinfra, write_inventory
-    from tests.e2e.conftest import MAIN_DEPLOY, REPO, lab_data
+    from hostkit.fleet.pyinfra_runner import run_pyinfra
+    from tests.e2e.conftest import MAIN_DEPLOY, REPO, lab_inventory
 
     directory = tmp_path_factory.mktemp("security")
     runs = []
     for index, (key, extra) in enumerate(((f"{SECRET}-first", ()), (SECRET, ("-vvv", "--debug", "--diff")))):
-        data = {**main_host.pyinfra_data(), **lab_data(), **DATA, "vllm_api_key": key}
-        inventory = write_inventory(directory / f"inventory{index}.py", [(main_host.name, data)])
+        inventory = lab_inventory(directory / f"inventory{index}.py", main_host, {**DATA, "vllm_api_key": key})
         run = run_pyinfra(inventory, MAIN_DEPLOY, *extra, cwd=REPO)
         assert run.ok, run.output[-4000:]
         runs.append(run)
     assert "vllm.env" in runs[1].output  # the debug run uploaded the key
     return main_host, runs
-
-
-def sh(lab_host, command: str) -> str:
-    """`command`'s output; a loaded lab machine sometimes times out the ssh banner (exit 255)."""
-    for _ in range(6):
-        result = lab_host.ssh(command)
-        if result.returncode != 255:
-            break
-        time.sleep(5)
-    assert result.returncode == 0, f"{command}: {result.stderr}"
-    return result.stdout
 
 
 def test_swap_file_is_root_only(provisioned):

@@ -9,10 +9,12 @@ reboots the VM and blanks its NVMe disk.
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
+
+from tests.e2e.lab_shell import sh
+from tests.waiting import wait_for
 
 DEPLOY = Path(__file__).parent / "deploys" / "swap_only.py"
 SWAP = "/mnt/nvme/vllm-hostkit.swap"
@@ -24,12 +26,6 @@ BASE = {"vllm_enabled": False}
 
 def deploy(run_deploy, lab_host, **data):
     return run_deploy(lab_host, data={**BASE, **data}, deploy=DEPLOY)
-
-
-def sh(lab_host, command: str) -> str:
-    result = lab_host.ssh(command)
-    assert result.returncode == 0, f"{command}: {result.stderr}"
-    return result.stdout
 
 
 def proc_swaps(lab_host) -> dict[str, tuple[int, int, int]]:
@@ -206,10 +202,8 @@ def test_resize_and_swapoff_are_refused_while_memory_is_short_then_swap_is_remov
     sh(host, f"rm -f {PUSHER_READY}")
     hog = sh(host, f"nohup python3 -c '{SWAP_PUSHER}' > /dev/null 2>&1 & echo $!").strip()
     try:
-        deadline = time.monotonic() + 300
-        while host.ssh(f"test -e {PUSHER_READY}").returncode != 0:
-            assert time.monotonic() < deadline, "the memory hog never pushed 300 MiB into swap"
-            time.sleep(5)
+        assert wait_for(lambda: host.ssh(f"test -e {PUSHER_READY}").returncode == 0, 300, interval=5), \
+            "the memory hog never pushed 300 MiB into swap"
         memory = memory_mib(host)
         swapped = memory["SwapTotal"] - memory["SwapFree"]
         assert swapped + 256 > memory["MemAvailable"], memory

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from hostkit.vllm.readiness import Probe, probe_command
+from tests.e2e.lab_shell import sh
 from tests.realvllm.lab_disk import pip_wheel
 from tests.standin.wheel import standin_wheel
 
@@ -56,16 +57,13 @@ def install_host(shared_lab_host, tmp_path_factory):
     return shared_lab_host
 
 
-def sh(lab_host, command: str) -> str:
-    return lab_host.ssh(command, check=True).stdout.strip()
-
-
 def serving(lab_host) -> Probe:
-    return Probe.parse(sh(lab_host, probe_command("0.0.0.0", 8000)))
+    return Probe.parse(sh(lab_host, probe_command("0.0.0.0", 8000)).strip())
 
 
 def release_in_service(lab_host) -> tuple[str, str]:
-    return (sh(lab_host, "readlink /opt/vllm/current"), sh(lab_host, "/opt/vllm/current/bin/hostkit-vllm --version"))
+    return (sh(lab_host, "readlink /opt/vllm/current").strip(),
+            sh(lab_host, "/opt/vllm/current/bin/hostkit-vllm --version").strip())
 
 
 def test_install_then_a_rerun_changes_nothing(install_host, run_deploy):
@@ -76,10 +74,10 @@ def test_install_then_a_rerun_changes_nothing(install_host, run_deploy):
     assert "--no-enable-chunked-prefill" in sh(install_host, "systemctl show -p ExecStart --value vllm.service")
     assert serving(install_host).serves("lab-model")
     # The service user may read and run the release, never change it.
-    assert sh(install_host, "stat -c '%U %a' /opt/vllm/vllm-0.17.1 /opt/vllm/vllm-0.17.1/bin/hostkit-vllm") == \
+    assert sh(install_host, "stat -c '%U %a' /opt/vllm/vllm-0.17.1 /opt/vllm/vllm-0.17.1/bin/hostkit-vllm").strip() == \
         "root 755\nroot 755"
     assert sh(install_host, "runuser -u vllm -- sh -c 'touch /opt/vllm/vllm-0.17.1/x 2>&1 || echo refused'") \
-        .endswith("refused")
+        .strip().endswith("refused")
 
     again = run_deploy(install_host, {**DATA, "vllm_version": "0.17.1"})
     assert again.ok and again.changed == [], again.changed
@@ -113,12 +111,12 @@ def test_a_release_that_does_not_start_is_rolled_back_and_the_old_one_serves(ins
 
 def test_a_declared_release_that_is_not_the_installed_one_is_refused_without_a_restart(install_host, run_deploy):
     """The user's own vLLM (vllm_install off): the release read from its interpreter is 0.33.0."""
-    main_pid = sh(install_host, "systemctl show -p MainPID --value vllm.service")
+    main_pid = sh(install_host, "systemctl show -p MainPID --value vllm.service").strip()
     refused = run_deploy(install_host, {**DATA, "vllm_install": False, "vllm_version": "0.17.1",
                                         "vllm_command": "/opt/vllm/current/bin/hostkit-vllm"})
     assert not refused.ok
     assert "vLLM 0.33.0 is installed" in refused.output and "but vllm_version is 0.17.1" in refused.output, \
         refused.output[-3000:]
     assert "nothing is restarted" in refused.output
-    assert sh(install_host, "systemctl show -p MainPID --value vllm.service") == main_pid
+    assert sh(install_host, "systemctl show -p MainPID --value vllm.service").strip() == main_pid
     assert serving(install_host).serves("lab-model")

@@ -17,7 +17,9 @@ from pathlib import Path
 import pytest
 
 from hostkit.vllm.readiness import Probe, probe_command
+from tests.e2e.lab_shell import sh
 from tests.standin.install import install_standin
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.lab
 
@@ -42,10 +44,6 @@ def vllm_host(lab, request):
     install_standin(lab_host)
     yield lab_host
     lab.remove(lab_host.name)
-
-
-def sh(lab_host, command: str) -> str:
-    return lab_host.ssh(command, check=True).stdout
 
 
 def show(lab_host) -> dict[str, str]:
@@ -225,16 +223,6 @@ def test_the_secret_stays_out_of_unit_ps_and_pyinfra_output(vllm_host, run_deplo
     assert unauthorised == "401"
 
 
-def wait_for(check, timeout: float = 300, interval: float = 5):
-    """`check()`'s first truthy result within `timeout` seconds, else its last result."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = check()
-        if result or time.monotonic() > deadline:
-            return result
-        time.sleep(interval)
-
-
 def test_memory_overrun_is_contained_in_the_unit(vllm_host, run_deploy):
     converge(run_deploy, vllm_host)
     sshd_before = sh(vllm_host, "systemctl show -p MainPID --value ssh.service").strip()
@@ -246,15 +234,15 @@ def test_memory_overrun_is_contained_in_the_unit(vllm_host, run_deploy):
     run = run_deploy(vllm_host, {**BASE, **overrun}, deploy=DEPLOY)
     assert not run.ok
     assert "journal lines of vllm.service" in run.output  # the gate showed why
-    assert wait_for(lambda: "oom_memcg=/system.slice/vllm.service" in sh(vllm_host, "dmesg")), \
+    assert wait_for(lambda: "oom_memcg=/system.slice/vllm.service" in sh(vllm_host, "dmesg"), 300, interval=5), \
         "no OOM kill in the unit's cgroup"
     kernel = sh(vllm_host, "dmesg")
     assert not re.search(r"\] Out of memory: Killed process", kernel)  # no system-wide OOM
     evidence = "killed by the OOM killer" if vllm_host.cgroup == "v2" else "status=9/KILL"
     journal = wait_for(lambda: evidence in sh(
-        vllm_host, f"journalctl -u vllm.service --after-cursor='{cursor}' -o cat --no-pager"))
+        vllm_host, f"journalctl -u vllm.service --after-cursor='{cursor}' -o cat --no-pager"), 300, interval=5)
     assert journal, f"no {evidence!r} in the unit's journal"
-    assert wait_for(lambda: starts_since(vllm_host, cursor) >= 2), "the unit was not restarted"
+    assert wait_for(lambda: starts_since(vllm_host, cursor) >= 2, 300, interval=5), "the unit was not restarted"
     assert sh(vllm_host, "systemctl show -p MainPID --value ssh.service").strip() == sshd_before
     converge(run_deploy, vllm_host)
     assert probe(vllm_host).serves("lab-model")

@@ -18,8 +18,8 @@ import pytest
 from hostkit.doctor.gather import doctor_command, parse_doctor_output
 from hostkit.doctor.rules import diagnose
 from tests.e2e.vllm_unit import alive, serving, sh, show, unit_pids
-from tests.e2e.vllm_unit import until as wait_for
 from tests.standin.install import install_standin
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.lab
 
@@ -119,7 +119,7 @@ def test_health_500_is_restarted_by_the_watchdog_then_capped(host, fresh_start):
     assert wait_for(lambda: show(host)["InvocationID"] != first["InvocationID"] and not alive(host, old), 90), \
         "a process of the old instance survived the restart"
     # Each new instance fails again after 10 s: restarted up to the hourly cap, then left failing.
-    capped = wait_for(lambda: "not restarting vllm.service" in watchdog_journal(host, since), 180, 3)
+    capped = wait_for(lambda: "not restarting vllm.service" in watchdog_journal(host, since), 180, interval=3)
     capped_s = time.monotonic() - started
     journal = watchdog_journal(host, since)
     report(case="health 500", first_watchdog_restart_after_s=round(first_restart_s, 1),

@@ -3,17 +3,18 @@ and whether hostkit's readiness probe finds it serving."""
 
 from __future__ import annotations
 
-import time
+from functools import partial
 
 from hostkit.vllm.readiness import Probe, probe_command
+from tests.e2e import lab_shell
 
 CGROUP_PROCS = "/sys/fs/cgroup/system.slice/vllm.service/cgroup.procs"
 SHOWN = ("ActiveState", "SubState", "MainPID", "NRestarts", "Result", "InvocationID",
          "ExecMainStartTimestampMonotonic")
 
 
-def sh(lab_host, command: str, timeout: float = 120) -> str:
-    return lab_host.ssh(command, check=True, timeout=timeout).stdout
+# What these tests watch answers within seconds: a command that hangs fails after 2 minutes, not 10.
+sh = partial(lab_shell.sh, timeout=120)
 
 
 def show(lab_host, unit: str = "vllm.service") -> dict[str, str]:
@@ -35,10 +36,3 @@ def alive(lab_host, pids: set[int]) -> set[int]:
         return set()
     return {int(pid) for pid in sh(lab_host, f"ps -o pid= -p {','.join(map(str, sorted(pids)))} || true").split()}
 
-
-def until(check, timeout: float, interval: float = 1.0):
-    """`check()`'s first truthy result within `timeout` seconds, else its last (falsy) one."""
-    deadline = time.monotonic() + timeout
-    while not (result := check()) and time.monotonic() < deadline:
-        time.sleep(interval)
-    return result

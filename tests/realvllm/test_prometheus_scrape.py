@@ -12,6 +12,7 @@ from textwrap import indent
 from tests.prometheus_dist import api, prometheus_server
 from tests.realvllm import server as srv
 from tests.realvllm.conftest import REPO, record
+from tests.waiting import wait_for
 
 SNIPPET = REPO / "hostkit" / "monitoring" / "vllm-scrape.yml"
 # The KV-cache gauge's old name: gone from 0.11 on; the snippet names it for older releases.
@@ -35,16 +36,9 @@ def test_the_shipped_snippet_scrapes_every_series_it_names(vllm_server, tmp_path
     assert srv.post(vllm_server, "/v1/completions", request, vllm_server.api_key)[0] == 200
     started = time.monotonic()
     with prometheus_server(tmp_path, scrape_config(vllm_server.port)) as base:
-        while True:
-            try:
-                up = api(base, "query", query='up{job="vllm"} == 1')["result"]
-            except OSError:
-                up = []
-            if up:
-                break
-            assert time.monotonic() - started < SCRAPED_WITHIN_S, \
-                f"Prometheus did not scrape {vllm_server.kind} vLLM within {SCRAPED_WITHIN_S}s: see {tmp_path}"
-            time.sleep(0.5)
+        assert wait_for(lambda: api(base, "query", query='up{job="vllm"} == 1')["result"], SCRAPED_WITHIN_S,
+                        interval=0.5, ignoring=OSError), \
+            f"Prometheus did not scrape {vllm_server.kind} vLLM within {SCRAPED_WITHIN_S}s: see {tmp_path}"
         scraped_s = time.monotonic() - started
         missing = [name for name in names if not api(base, "query", query=name)["result"]]
         assert not missing, f"{vllm_server.kind} vLLM exports none of {missing}"

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
-from hostkit.doctor.gather import DEFAULT_METRICS_FILE, doctor_command, parse_doctor_output
+from hostkit.doctor.gather import DEFAULT_METRICS_FILE, doctor_command, parse_doctor_output, split_sub_sections
 from hostkit.doctor.rules import Severity, diagnose
 from hostkit.monitoring import collector
 from hostkit.profile.host_profile import profile_from_data
@@ -63,6 +64,14 @@ def test_no_file_is_a_warning_only_where_the_inventory_enables_monitoring():
     assert "monitoring-missing" not in codes(diagnose(inputs, disabled))
 
 
-def test_the_command_reads_the_profiles_file_only_when_present():
-    command = doctor_command(metrics_file="/srv/textfiles/hostkit.prom")
-    assert "if [ -r /srv/textfiles/hostkit.prom ]; then" in command and "@@doctor:metrics@@" in command
+def test_the_command_reads_the_profiles_file_only_when_present(tmp_path):
+    metrics = tmp_path / "hostkit.prom"
+
+    def metrics_part() -> list[str] | None:
+        command = doctor_command(metrics_file=str(metrics), with_proc=False)
+        result = subprocess.run(["sh", "-c", command], capture_output=True, text=True, timeout=120, check=False)
+        return split_sub_sections(result.stdout.splitlines()).get("metrics")
+
+    assert metrics_part() is None
+    metrics.write_text("hostkit_vllm_up 1\n")
+    assert metrics_part()[::2] == [f"path={metrics}", "hostkit_vllm_up 1"]

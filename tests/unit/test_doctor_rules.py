@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from hostkit.doctor.gather import parse_doctor_output
-from hostkit.doctor.inputs import VllmProcess
+from hostkit.doctor.inputs import VllmProcessTree
 from hostkit.doctor.report import EXIT_CRITICAL, EXIT_OK, EXIT_UNREACHABLE, exit_code
 from hostkit.doctor.rules import Severity, diagnose, host_reserve
 from hostkit.profile.host_profile import HostProfile
@@ -177,7 +177,7 @@ def test_installed_release_differs_from_the_inventory():
 def h200_with_vllm(*flags: str, version: str = "0.33.0"):
     inputs = parse_doctor_output("h200", (FIXTURES / "h200-other-gpu-process.txt").read_text().splitlines())
     argv = ("/opt/vllm/bin/vllm", "serve", "meta-llama/Llama-3.1-8B-Instruct", "--max-model-len", "8192", *flags)
-    vllm = VllmProcess(pid=7000, argv=argv, argv_exact=True, tree_pids=(7000,), tree_rss_bytes=4 * GIB)
+    vllm = VllmProcessTree(pid=7000, argv=argv, argv_exact=True, tree_pids=(7000,), tree_rss_bytes=4 * GIB)
     return replace(inputs, vllm=vllm, installed_vllm_version=version)
 
 

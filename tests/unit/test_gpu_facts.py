@@ -12,11 +12,10 @@ import pytest
 from hostkit.facts.gpu import (
     QUERY_FIELDS,
     GpuFact,
-    XidEvent,
     parse_gpu_output,
     parse_query_row,
-    parse_xid_line,
 )
+from hostkit.facts.kernel_log import XidEvent, parse_xid_line
 from hostkit.facts.snapshot import MARKER, SECTIONS, parse_sections
 from hostkit.plan.gpu_policy import GpuPolicy, evaluate
 
@@ -187,7 +186,7 @@ def test_command_runs_without_nvidia_tools(tmp_path, kernel_logs):
     lines = run_section_command(tmp_path, [kernel_logs])
     facts = GpuFact().process(lines)
     assert not facts.driver_present and facts.gpus == ()
-    assert lines[-2:] == ["source=no-driver", "xid_total=0"]
+    assert lines[-2:] == ["source=no-driver", "total=0"]
     assert facts.kernel_log_source == "no-driver" and facts.xid_log_readable and facts.xid_total == 0
     assert not (kernel_logs / "called").exists()  # no driver loaded: the kernel log is not read
 
@@ -213,11 +212,11 @@ def test_command_reads_the_first_readable_kernel_log_when_a_driver_is_loaded(
     assert facts.module_version == "580.159.04"
     assert facts.kernel_log_source == source and facts.xid_total == len(facts.xids) == xids
     assert lines[lines.index("@@gpu:xid@@") + 1] == f"source={source or 'none'}"
-    assert lines[-1] == f"xid_total={xids}"
+    assert lines[-1] == (f"total={xids}" if source else "source=none")
 
 
 def test_no_driver_is_not_an_unreadable_kernel_log():
-    facts = parse_gpu_output(["@@gpu:no-nvidia-smi@@", "@@gpu:xid@@", "source=no-driver", "xid_total=0"])
+    facts = parse_gpu_output(["@@gpu:no-nvidia-smi@@", "@@gpu:xid@@", "source=no-driver", "total=0"])
     assert evaluate(GpuPolicy(required=True), facts).warnings == ()
 
 

@@ -196,7 +196,7 @@ def xid_section(*codes: int) -> GpuFacts:
     lines = (FIXTURES / "h200.txt").read_text().splitlines()
     at = lines.index("@@gpu:xid@@") + 2  # after source=
     logged = [f"Nov 29 21:02:11 gpu-host kernel: NVRM: Xid (PCI:0000:00:06): {code}, pid=4242, name=python3" for code in codes]
-    lines[at:] = [*logged, f"xid_total={len(codes)}", *[line for line in lines[at:] if not line.startswith("xid_total=")]]
+    lines[at:] = [*logged, f"total={len(codes)}", *[line for line in lines[at:] if not line.startswith("total=")]]
     return parse_gpu_output(lines)
 
 

@@ -3,7 +3,7 @@ import pytest
 from hostkit.vllm import model_catalog
 from hostkit.vllm.model_catalog import ModelConfigError, spec_from_hf_config
 from hostkit.plan.planner import PlanError, plan_host
-from hostkit.plan.planning_facts import FilesystemFact, GpuFact, NvmeDeviceFact, PlanningFacts, SwapFact
+from hostkit.plan.planning_facts import FilesystemFact, GpuMemoryFact, NvmeDeviceFact, PlanningFacts, SwapFact
 from hostkit.profile.host_profile import profile_from_data
 from hostkit.profile.sizes import GIB, KIB, MIB, format_size
 
@@ -13,7 +13,7 @@ H200_MIB = 143771  # the reference H200 host
 
 
 def h200(index=0, used_mib=0):
-    return GpuFact(index=index, name="NVIDIA H200", memory_total_mib=H200_MIB, memory_used_mib=used_mib)
+    return GpuMemoryFact(index=index, name="NVIDIA H200", memory_total_mib=H200_MIB, memory_used_mib=used_mib)
 
 
 def nvme_fs(mountpoint="/mnt/nvme", size=3500 * GIB, avail=3000 * GIB, fstype="ext4"):
@@ -498,7 +498,7 @@ def test_utilization_above_free_gpu_memory_is_refused():
 
 def test_one_max_model_len_request_must_fit_the_kv_cache():
     # Llama-3.1-8B on a 24 GiB GPU: 0.9 x 22.5G - 15.0G weights - 2G = 3.3G, 128 KiB/token: ~27k tokens < 131072.
-    l4 = GpuFact(index=0, name="NVIDIA L4", memory_total_mib=23034, memory_used_mib=0)
+    l4 = GpuMemoryFact(index=0, name="NVIDIA L4", memory_total_mib=23034, memory_used_mib=0)
     error = refused({"vllm_gpu_memory_utilization": 0.9}, facts(gpus=[l4]), model=LLAMA8)
     assert "host gpu-a1: vllm_max_model_len: one request of 131072 tokens does not fit" in str(error)
     fits = plan({"vllm_gpu_memory_utilization": 0.9, "vllm_max_model_len": 16384}, facts(gpus=[l4]), model=LLAMA8)

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from hostkit.plan.planner import PlanError, plan_host
-from hostkit.plan.planning_facts import GpuFact, PlanningFacts
+from hostkit.plan.planning_facts import GpuMemoryFact, PlanningFacts
 from hostkit.profile.host_profile import profile_from_data
 from hostkit.profile.sizes import GIB, MIB
 from hostkit.plan.vllm_memory import driver_reserved
@@ -59,14 +59,14 @@ def _config_json(model: dict) -> dict:
     return config
 
 
-def _gpus(case: dict) -> list[GpuFact]:
+def _gpus(case: dict) -> list[GpuMemoryFact]:
     gpu = case["gpu"]
     # nvidia-smi's memory.total is what vLLM logged plus the driver's share it never sees.
     total_mib = round((gpu["vllm_total_gib"] * GIB + driver_reserved(gpu["name"])) / MIB)
     used = gpu["memory_used_by_others_gib"]
     used = used if isinstance(used, list) else [used] * gpu["count"]
     return [
-        GpuFact(index=i, name=gpu["name"], memory_total_mib=total_mib, memory_used_mib=round(u * GIB / MIB))
+        GpuMemoryFact(index=i, name=gpu["name"], memory_total_mib=total_mib, memory_used_mib=round(u * GIB / MIB))
         for i, u in enumerate(used)
     ]
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 import threading
 import time
@@ -13,7 +14,7 @@ import pytest
 from hostkit.profile.host_profile import ProfileError, profile_from_data
 from hostkit.rollout.batches import BatchSpecError, limit_unavailable, parse_batches, parse_max_failed, \
     parse_max_unavailable, split_batches
-from hostkit.rollout.drain import run_hook
+from hostkit.rollout.drain import IDLE_SOURCE, run_hook
 from hostkit.rollout.engine import RolloutSettings, run_rollout
 from hostkit.rollout.idle import running_requests, wait_idle
 from hostkit.rollout.report import GateCheck, read_report
@@ -107,6 +108,14 @@ def test_wait_idle_gives_up_at_its_deadline(metrics_server):
     result = wait_idle(url, timeout=0.5, poll_interval=0.1)
     assert not result["idle"] and result["detail"] == "3 requests still running after 0s"
     assert time.monotonic() - started < 3
+
+
+def test_the_idle_script_on_a_host_needs_only_the_standard_library(metrics_server, tmp_path):
+    _, url = metrics_server
+    _Metrics.answers = [STANDIN_METRICS.replace("running 1", "running 0")]
+    argv = [sys.executable, "-I", "-S", "-c", IDLE_SOURCE, json.dumps({"base_url": url, "timeout": 5})]
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert json.loads(result.stdout)["idle"], result.stderr
 
 
 def test_a_server_that_does_not_answer_runs_nothing():

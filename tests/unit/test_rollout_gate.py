@@ -77,9 +77,11 @@ def test_probe_gives_up_on_a_server_that_never_answers():
     assert time.monotonic() - started < 5
 
 
-def test_probe_script_on_a_host_reads_the_key_from_stdin(standin):
-    argv = [sys.executable, "-c", PROBE_SOURCE, json.dumps({"base_url": standin, "model": MODEL, "timeout": 5})]
-    result = subprocess.run(argv, input=KEY + "\n", capture_output=True, text=True, timeout=60)
+def test_probe_script_on_a_host_reads_the_key_from_stdin(standin, tmp_path):
+    # -I -S, away from the checkout: the standard library alone, as on a host without hostkit.
+    argv = [sys.executable, "-I", "-S", "-c", PROBE_SOURCE,
+            json.dumps({"base_url": standin, "model": MODEL, "timeout": 5})]
+    result = subprocess.run(argv, input=KEY + "\n", capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert all(check["passed"] for check in json.loads(result.stdout))
     assert not any(KEY in arg for arg in argv)
 

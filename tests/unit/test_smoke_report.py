@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from smoke_fake_server import fake_server
 
 from hostkit.cli.main import main
-from hostkit.doctor.kernel_log import KernelLog
+from hostkit.facts.kernel_log import KernelLog
 from hostkit.smoke import run as smoke_run_module
 from hostkit.smoke.load import LoadResult, RequestResult
 from hostkit.smoke.report import report_dict, summary_text, write_report

@@ -177,17 +177,7 @@ def test_without_an_nvme_device_in_the_profile_any_supported_dir_is_fine():
 def test_resize_of_an_active_file_is_make_before_break():
     storage = converged(SwapPlan(enabled=True, path=PATH, size_bytes=GIB))
     steps = only_script(swap.swap_file, storage, PLAN)
-    positions(
-        steps,
-        f"hk_check_swapoff {PATH} || exit 1",
-        f"hk_create {TMP} {2 * GIB} 10 dd",
-        f"hk_swapoff {PATH}\n",
-        "hk_partial=",
-        f"rm -f -- {PATH}",
-        f"hk_swapoff {TMP}",
-        f"mv -f -- {TMP} {PATH}",
-        f"swapon -p 10 {PATH}",
-    )
+    positions(steps, f"hk_check_swapoff {PATH} || exit 1", f"hk_resize {PATH} {2 * GIB} 10 dd")
     assert "hk_fstab_put" not in steps  # the path and its entry stay the same
 
 
@@ -196,7 +186,7 @@ def test_resize_first_swaps_off_a_leftover_active_temp_file():
     storage = changed(storage, swaps=storage.swaps + (SwapArea(TMP, "file", GIB, 0, 10),),
                       files={**storage.files, TMP: swap_file_stat(TMP, GIB)})
     steps = only_script(swap.swap_file, storage, PLAN)
-    positions(steps, f"hk_swapoff {TMP}", f"hk_create {TMP}", f"mv -f -- {TMP} {PATH}")
+    positions(steps, f"hk_swapoff {TMP}", f"hk_resize {PATH} {2 * GIB} 10 dd")
     assert steps.count(f"rm -f -- {TMP}") == 0
 
 
@@ -334,14 +324,15 @@ def test_blank_nvme_is_checked_again_then_formatted_mounted_and_persisted_by_uui
     steps = only_script(swap.prepare_nvme, nvme_storage(mounted=False), NVME)
     positions(
         steps,
+        "hk_dev=/dev/nvme0n1\nhk_mount=/mnt/nvme\nhk_fstype=ext4\n"
+        "hk_mount_options=defaults,nofail,x-systemd.device-timeout=30s\n",
         "wipefs --no-act --noheadings --output TYPE",
         "blkid -p -o value -s TYPE -s PTTYPE",
         '[ -z "$hk_found" ] || hk_fail "refusing to format $hk_dev: it is not blank',
-        'mkfs.ext4 -q -U "$hk_uuid" "$hk_dev"',
-        'hk_fstab_put mount /mnt/nvme "UUID=$hk_uuid /mnt/nvme ext4 '
-        'defaults,nofail,x-systemd.device-timeout=30s 0 2"',
+        'ext4) mkfs.ext4 -q -U "$hk_uuid" "$hk_dev"',
+        'hk_fstab_put mount "$hk_mount" "UUID=$hk_uuid $hk_mount $hk_fstype $hk_mount_options 0 2"',
         "hk_reload_if_fstab_changed",
-        'mount --fstab "$hk_fstab" /mnt/nvme',
+        'mount --fstab "$hk_fstab" "$hk_mount"',
     )
 
 

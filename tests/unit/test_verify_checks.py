@@ -18,7 +18,8 @@ from hostkit.plan.planner import plan_host
 from hostkit.profile.host_profile import profile_from_data
 from hostkit.vllm.readiness import Probe
 from hostkit.verify.checks import AREAS, check_host, server_argv
-from hostkit.verify.probes import KernelLogOoms, Probes, Readiness, parse_probes
+from hostkit.facts.kernel_log import KernelLog
+from hostkit.verify.probes import Probes, Readiness, parse_probes
 from hostkit.units.vllm_unit import render_env, render_unit
 from verify_replay import LAB_DATA, SECRET, probed_today, recorded, rendered_today
 
@@ -216,11 +217,11 @@ def test_a_server_that_never_became_ready_or_lacks_the_model_fails():
 def test_oom_kills_since_boot_fail_and_an_unreadable_log_is_not_clean():
     profile, plan, snapshot, probes = converged()
     kill = "Out of memory: Killed process 812 (python3) total-vm:2125472kB, anon-rss:1611204kB"
-    ooms = KernelLogOoms("journalctl", (kill,), 1)
+    ooms = KernelLog("journalctl", (kill,), 1)
     failures = failed(check_host(profile, plan, snapshot, dataclasses.replace(probes, ooms=ooms)))
     assert list(failures) == ["no OOM kills since boot"]
     assert "1 OOM kills: " + kill in failures["no OOM kills since boot"]
-    unknown = dataclasses.replace(probes, ooms=KernelLogOoms(None))
+    unknown = dataclasses.replace(probes, ooms=KernelLog(None))
     assert "unknown" in failed(check_host(profile, plan, snapshot, unknown))["no OOM kills since boot"]
 
 

@@ -66,7 +66,7 @@ def test_counts_oom_kills_in_the_kernel_log(tmp_path):
     probes, _ = _run(tmp_path, VllmPlan(enabled=False))
     assert probes.ooms.source == "journalctl"
     assert probes.ooms.total == 2
-    assert probes.ooms.kills[0].startswith("[  812.120440] Out of memory: Killed process 812 (python3)")
+    assert probes.ooms.lines[0].startswith("[  812.120440] Out of memory: Killed process 812 (python3)")
 
 
 def test_falls_back_to_dmesg_and_says_when_no_log_is_readable(tmp_path):
@@ -113,13 +113,19 @@ def late_server():
         server.shutdown()
 
 
+# systemctl show's answer for the -p names in "$@": NAME=value lines, or the values alone with --value.
+_SHOW = """
+case " $* " in *" --value "*) out() { echo "${1#*=}"; } ;; *) out() { echo "$1"; } ;; esac
+"""
+
+
 def _systemctl(tmp_path: Path, active_state: str) -> None:
-    _bin(tmp_path, "systemctl", f"""
+    _bin(tmp_path, "systemctl", _SHOW + f"""
 for word in "$@"; do
   case $word in
-    ActiveState) echo ActiveState={active_state} ;;
-    MainPID) echo MainPID=0 ;;
-    LoadState) echo LoadState=loaded ;;
+    ActiveState) out ActiveState={active_state} ;;
+    MainPID) out MainPID=0 ;;
+    LoadState) out LoadState=loaded ;;
   esac
 done
 """)
@@ -158,11 +164,11 @@ def test_reads_the_main_process_argv_user_and_key_hash(tmp_path):
     argv = [sys.executable, "-c", "import time; time.sleep(30)", "serve", "--port", "8000"]
     child = subprocess.Popen(argv, env={"VLLM_API_KEY": "k3y"})
     try:
-        _bin(tmp_path, "systemctl", f"""
+        _bin(tmp_path, "systemctl", _SHOW + f"""
 for word in "$@"; do
   case $word in
-    ActiveState) echo ActiveState=active ;;
-    MainPID) echo MainPID={child.pid} ;;
+    ActiveState) out ActiveState=active ;;
+    MainPID) out MainPID={child.pid} ;;
   esac
 done
 """)

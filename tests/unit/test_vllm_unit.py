@@ -21,7 +21,7 @@ from pyinfra.api.exceptions import OperationValueError
 from pyinfra.context import ctx_host
 
 from hostkit.facts.vllm_service import (
-    FileStat,
+    ModeAndOwnership,
     ServiceTarget,
     VllmServiceFact,
     VllmServiceState,
@@ -333,7 +333,8 @@ def test_every_restart_resets_the_start_limit_first():
 
 
 def test_wrong_env_permissions_are_fixed_without_restart():
-    found = changes(converged(env_stat=FileStat("644", "root", "root"), env_dir_stat=FileStat("755", "root", "root")))
+    found = changes(converged(env_stat=ModeAndOwnership("644", "root", "root"),
+                              env_dir_stat=ModeAndOwnership("755", "root", "root")))
     assert found == ops.ServiceChanges(fix_env_dir=True, fix_env_file=True)
 
 
@@ -593,7 +594,7 @@ def test_fact_parses_its_output():
     state = VllmServiceFact().process(FACT_OUTPUT.splitlines())
     assert state.target == ServiceTarget()
     assert state.user_uid == 999
-    assert state.env_stat == FileStat("600", "root", "root")
+    assert state.env_stat == ModeAndOwnership("600", "root", "root")
     assert state.is_active and state.is_enabled and not state.need_daemon_reload
     assert (state.main_pid, state.n_restarts, state.unit["ActiveEnterTimestampMonotonic"]) == (1234, 2, "98765432")
     assert (state.memory_limit_bytes, state.memory_peak_bytes, state.oom_kills) == (6 * 2**30, 123456, 1)
@@ -609,7 +610,9 @@ def test_fact_reads_cgroup_v1_limits_and_unlimited():
 
 def test_fact_command_runs_anywhere_and_never_reads_the_env_file_content(tmp_path):
     command = VllmServiceFact().command(profile=None)
-    assert "cat /etc/vllm-hostkit" not in command and "sha256sum /etc/vllm-hostkit/vllm.env" in command
+    assert "hk_env_file=/etc/vllm-hostkit/vllm.env" in command and "cat /etc/vllm-hostkit" not in command
+    uses = [line for line in command.splitlines() if '"$hk_env_file"' in line]
+    assert uses and all(any(word in line for word in ("sha256sum", "stat -c", "case ")) for line in uses)
     result = subprocess.run(["sh", "-c", command], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0
     state = VllmServiceFact().process(result.stdout.splitlines())
@@ -638,7 +641,7 @@ def test_fact_command_matches_hashes_and_modes_to_their_files(tmp_path):
     ]
     state = VllmServiceFact().process(result.stdout.splitlines())
     assert (state.unit_sha256, state.env_sha256, state.env_stat) == ("abc", None, None)
-    assert state.env_dir_stat == FileStat("700", "root", "root") and state.probe is None
+    assert state.env_dir_stat == ModeAndOwnership("700", "root", "root") and state.probe is None
     assert (state.command_changed_at, state.main_started_at, state.release_replaced) == (1800000100, 1800000000, True)
 
 

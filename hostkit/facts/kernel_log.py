@@ -1,6 +1,13 @@
-"""OOM kills in the kernel log: the shell that reads them, and the parser.
+"""This boot's kernel log: the one reader (hostkit/remote/kernel_log.sh) and its parser,
+with the two things hostkit looks for in it, OOM kills and NVIDIA Xid errors.
 
-The kernel reports each kill in two lines (kernel 4.19 and later):
+The snapshot's gpu section reads the Xid lines, `hostkit verify` the `Killed process`
+lines, `hostkit doctor` and smoke runs the OOM report lines; each composes the reader into
+its own remote command. The reader prints `source=journalctl|dmesg|none`, the kept lines,
+then `total=N`. A source that prints no line cannot be read here, and a read that ran past
+its deadline counts as unread: an unreadable log is "unknown", never "clean".
+
+The kernel reports each OOM kill in two lines (kernel 4.19 and later):
 
     oom-kill:constraint=CONSTRAINT_MEMCG,...,oom_memcg=/system.slice/vllm.service,task_memcg=/system.slice/vllm.service,task=python3,pid=812,uid=0
     Memory cgroup out of memory: Killed process 812 (python3) total-vm:..., anon-rss:...kB, ...
@@ -13,10 +20,17 @@ is gone.
 from __future__ import annotations
 
 import re
+import shlex
 from dataclasses import dataclass
 
-# One grep pattern for every line that belongs to an OOM report worth keeping.
-OOM_GREP = "invoked oom-killer|oom-kill:|Killed process|Out of memory"
+from hostkit.facts.deadline import DEADLINE_FUNCTION, KERNEL_LOG_S, TIMED_OUT, timed_out_lines
+from hostkit.facts.parts import parse_int
+from hostkit.remote import host_file
+
+# The lines worth keeping, as extended regular expressions.
+OOM_LINES = "invoked oom-killer|oom-kill:|Killed process|Out of memory"
+KILL_LINES = "Killed process"
+XID_LINES = "NVRM: Xid"
 OOM_LINE_LIMIT = 400
 
 _KILLED = re.compile(
@@ -24,22 +38,31 @@ _KILLED = re.compile(
     r"(?:.*?anon-rss:(?P<anon_kb>\d+)kB)?"
 )
 _OOM_KILL_FIELDS = re.compile(r"oom-kill:(?P<fields>\S+)")
+_XID = re.compile(r"NVRM: Xid \((?P<device>[^)]*)\): (?P<code>\d+)(?:, (?P<detail>.*))?")
 
 
-def kernel_log_oom_command() -> str:
-    """Prints `source=journalctl|dmesg|none`, then the OOM lines of this boot (exit 0 always).
+def kernel_log_script(match: str, limit: int, keep: str = "first") -> str:
+    """The settings and the definition of `hk_kernel_log`, which prints the lines matching
+    `match`, the first or the `keep="last"` `limit` of them. It needs hk_deadline."""
+    settings = {
+        "hk_log_match": match,
+        "hk_log_limit": str(limit),
+        "hk_log_keep": keep,
+        "hk_log_s": str(KERNEL_LOG_S),
+        "hk_timed_out": TIMED_OUT,
+    }
+    lines = [f"{name}={shlex.quote(value)}" for name, value in settings.items()]
+    return "\n".join((*lines, host_file("kernel_log.sh")))
 
-    An unreadable log (no journal, dmesg restricted) is `source=none`: "unknown", never "clean".
-    """
-    return (
-        "if command -v journalctl >/dev/null 2>&1"
-        " && [ -n \"$(journalctl -k -b -q --no-pager -n 1 2>/dev/null)\" ]; then"
-        " echo source=journalctl; journalctl -k -b -q --no-pager -o short-iso 2>/dev/null"
-        " | grep -E '" + OOM_GREP + "' | tail -n " + str(OOM_LINE_LIMIT) + ";"
-        " elif [ -n \"$(dmesg 2>/dev/null | head -n 1)\" ]; then"
-        " echo source=dmesg; dmesg 2>/dev/null | grep -E '" + OOM_GREP + "' | tail -n " + str(OOM_LINE_LIMIT) + ";"
-        " else echo source=none; fi"
-    )
+
+def kernel_log_command(match: str, limit: int, keep: str = "first") -> str:
+    """A whole command that prints the kernel log's matching lines (exit 0 always)."""
+    return "\n".join((DEADLINE_FUNCTION, kernel_log_script(match, limit, keep), "hk_kernel_log"))
+
+
+def oom_lines_command() -> str:
+    """The OOM report lines of this boot, the last OOM_LINE_LIMIT of them."""
+    return kernel_log_command(OOM_LINES, OOM_LINE_LIMIT, keep="last")
 
 
 @dataclass(frozen=True)
@@ -58,9 +81,18 @@ class OomKill:
 
 
 @dataclass(frozen=True)
+class XidEvent:
+    device: str  # as the driver prints it, e.g. "PCI:0000:3b:00"
+    code: int
+    detail: str
+
+
+@dataclass(frozen=True)
 class KernelLog:
-    source: str | None  # "journalctl" | "dmesg" | None when unreadable
-    lines: tuple[str, ...] = ()  # OOM-related lines, as logged
+    # "journalctl" | "dmesg" | "no-driver" (the gpu section did not read it) | None when unreadable
+    source: str | None
+    lines: tuple[str, ...] = ()  # the kept lines, as logged
+    total: int = 0  # how many lines matched; may exceed len(lines)
 
     @property
     def readable(self) -> bool:
@@ -70,16 +102,34 @@ class KernelLog:
     def oom_kills(self) -> tuple[OomKill, ...]:
         return parse_oom_kills(self.lines)
 
+    @property
+    def xids(self) -> tuple[XidEvent, ...]:
+        return tuple(event for event in map(parse_xid_line, self.lines) if event is not None)
+
 
 def parse_kernel_log(output: list[str]) -> KernelLog:
     source = "none"
+    total = None
     lines = []
     for line in output:
         if line.startswith("source="):
             source = line.split("=", 1)[1].strip()
-        elif line.strip():
+        elif line.startswith("total="):
+            total = parse_int(line[len("total="):], 0)
+        elif line.strip() and not line.startswith(TIMED_OUT):
             lines.append(line.rstrip())
-    return KernelLog(None if source == "none" else source, tuple(lines))
+    if timed_out_lines(output):
+        source = "none"
+    return KernelLog(None if source == "none" else source, tuple(lines), max(total or 0, len(lines)))
+
+
+def parse_xid_line(line: str) -> XidEvent | None:
+    match = _XID.search(line)
+    if match is None:
+        return None
+    return XidEvent(
+        device=match["device"], code=int(match["code"]), detail=(match["detail"] or "").strip()
+    )
 
 
 def _oom_kill_fields(line: str) -> dict[str, str]:
