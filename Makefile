@@ -54,7 +54,7 @@ e2e-real: install
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(PY) -m pytest tests/e2e/test_real_vllm.py -p no:xdist -v -s
 
 lab-down: install
-	$(BIN)/hostkit lab down
+	$(PY) -m hostkit_lab down
 
 clean:
 	rm -rf $(VENV) .lab

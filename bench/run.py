@@ -4,7 +4,7 @@
     python bench/run.py --runs 5 --out reports/bench.json
     python bench/run.py --skip-ansible --skip-fleet   # hostkit alone, quicker
 
-What it measures, each on lab hosts (qemu TCG Debian 12 VMs, `hostkit.lab`) with the vLLM
+What it measures, each on lab hosts (qemu TCG Debian 12 VMs, `hostkit_lab`) with the vLLM
 stand-in (tests/standin) installed at /opt/vllm/bin/vllm before any timing:
 
 - deploy: `pyinfra HOST deploys/vllm_host.py` and `ansible-playbook bench/ansible/vllm_host.yml`,
@@ -47,7 +47,7 @@ from bench.counting import (  # noqa: E402
     ratio,
     targets,
 )
-from hostkit.lab import Lab, LabHost  # noqa: E402
+from hostkit_lab import Lab, LabHost  # noqa: E402
 from hostkit.fleet.pyinfra_runner import run_pyinfra, write_inventory  # noqa: E402
 from tests.standin.install import install_standin  # noqa: E402
 
@@ -439,7 +439,7 @@ def main(argv: list[str] | None = None) -> int:
         "load_average_at_start": [round(value, 2) for value in load_at_start],
         "cpus": os.cpu_count(),
         "machine": platform.platform(),
-        "lab": f"Debian 12 qemu TCG VMs (hostkit.lab), 2 vCPUs ({FLEET_CPUS} for the fleet runs), 2 GiB,"
+        "lab": f"Debian 12 qemu TCG VMs (hostkit_lab), 2 vCPUs ({FLEET_CPUS} for the fleet runs), 2 GiB,"
                " blank 8G NVMe; vLLM stand-in",
         "tools": {"hostkit": "pyinfra " + _pyinfra_version(), "ansible": ansible_version(ansible_bin) if ansible_bin else None},
         "commands": {

@@ -1,12 +1,12 @@
-"""The lab hosts started by `hostkit lab up` (connection data from .lab/lab.json).
+"""The lab hosts started by `python -m hostkit_lab up` (connection data from .lab/lab.json).
 
 Lab hosts have no GPU and no internet: vLLM there is the lab stand-in (tests/standin),
 installed by `make demo` and by the end-to-end tests, except on hosts named realvllm*
-(`make demo-real`), which hostkit gives real vLLM's CPU build (hostkit/lab/real_vllm.py).
+(`make demo-real`), which hostkit gives real vLLM's CPU build (hostkit_lab/real_vllm.py).
 Everything else is real.
 """
 
-from hostkit.lab import Lab, real_vllm
+from hostkit_lab import Lab, real_vllm
 
 LAB_DATA = {
     "gpu_required": False,

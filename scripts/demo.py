@@ -1,6 +1,6 @@
 """The main job (`make demo`): start a lab host, provision it, prove the result.
 
-1. `hostkit lab up` (unless a lab host is already up): a Debian VM with a blank NVMe disk.
+1. `python -m hostkit_lab up` (unless a lab host is already up): a Debian VM with a blank NVMe disk.
 2. Install the lab stand-in for `vllm` (lab hosts have no GPU and no internet; see tests/standin).
 3. `pyinfra inventories/lab.py deploys/vllm_host.py`: GPU check, NVMe + swap, sysctl, THP,
    the vLLM unit and its readiness gate.
@@ -23,7 +23,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from hostkit.lab import Lab, real_vllm  # noqa: E402
+from hostkit_lab import Lab, real_vllm  # noqa: E402
 from hostkit.fleet.pyinfra_runner import run_pyinfra  # noqa: E402
 from tests.standin.install import install_standin  # noqa: E402
 
@@ -101,7 +101,7 @@ def main() -> int:
     for label, value in summary:
         print(f"  {label:<14} {value}")
     for lab_host in hosts:
-        print(f"  {lab_host.name:<14} ssh: hostkit lab ssh {lab_host.name}; "
+        print(f"  {lab_host.name:<14} ssh: python -m hostkit_lab ssh {lab_host.name}; "
               f"API: ssh -L 8000:127.0.0.1:8000 -p {lab_host.port} root@127.0.0.1")
     ok = first.ok and second.ok and not second.changed and verify.returncode == 0 and completed
     print("\nOK: the lab host is provisioned and verified." if ok else "\nFAILED: see above.")

@@ -12,7 +12,6 @@ import click  # noqa: E402
 
 from hostkit import __version__  # noqa: E402
 from hostkit.cli.doctor import doctor  # noqa: E402
-from hostkit.cli.lab import lab  # noqa: E402
 from hostkit.cli.smoke import smoke  # noqa: E402
 from hostkit.cli.plan import plan  # noqa: E402
 from hostkit.cli.rollout import rollout  # noqa: E402
@@ -25,7 +24,6 @@ def main() -> None:
     """Provision and verify GPU hosts for vLLM."""
 
 
-main.add_command(lab)
 main.add_command(doctor)
 main.add_command(smoke)
 main.add_command(plan)

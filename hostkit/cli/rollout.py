@@ -14,8 +14,8 @@ from hostkit.rollout.render import summary_table
 
 @click.command()
 @click.argument("inventory", type=click.Path(exists=True, dir_okay=False))
-@click.option("--deploy", default="deploys/vllm_host.py", show_default=True,
-              type=click.Path(exists=True, dir_okay=False), help="The pyinfra deploy file to roll out.")
+@click.option("--deploy", default="hostkit.deploy.vllm_host", show_default=True,
+              help="What pyinfra runs on each batch: a deploy file, or a deploy function by its module path.")
 @click.option("--batches", default="1,25%,100%", show_default=True,
               help="Cumulative stages: host counts or percentages of the hosts; the first is the canary.")
 @click.option("--max-failed", default="0", show_default=True,

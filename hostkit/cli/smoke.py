@@ -23,7 +23,7 @@ from hostkit.plan.plans import VLLM_UNIT
 @click.option("--model", default=None, help="Model name to request (default: the first in /v1/models).")
 @click.option("--api-key-env", metavar="VAR", default=None, help="Environment variable that holds the API key.")
 @click.option("--watch", "watch_host", metavar="HOST", default=None,
-              help="Sample this host's memory over ssh (an inventory or lab host name, or an ssh destination).")
+              help="Sample this host's memory over ssh (an inventory host name, or an ssh destination).")
 @click.option("--local", is_flag=True, help="Sample this machine's memory (the server runs here).")
 @click.option("--inventory", default=None, type=click.Path(exists=True, dir_okay=False),
               help="Inventory that defines the --watch host's ssh settings.")

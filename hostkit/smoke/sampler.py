@@ -181,7 +181,7 @@ class LocalSampler:
 
 
 def ssh_argv_for(host: str, inventory: str | None = None) -> list[str]:
-    """How to reach HOST: its inventory entry's ssh_* data, else a lab host of that name, else plain ssh."""
+    """How to reach HOST: its inventory entry's ssh_* data, else plain ssh (HOST an ssh destination)."""
     if inventory:
         from hostkit.profile.host_profile import load_inventory
 
@@ -189,12 +189,7 @@ def ssh_argv_for(host: str, inventory: str | None = None) -> list[str]:
             if name == host:
                 return ssh_argv_from_data(name, data)
         raise KeyError(f"no host {host!r} in {inventory}")
-    from hostkit.lab import Lab
-
-    try:
-        return Lab().host(host).ssh_argv()
-    except KeyError:
-        return ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", "-o", "ServerAliveInterval=5", host]
+    return ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", "-o", "ServerAliveInterval=5", host]
 
 
 def ssh_argv_from_data(name: str, data: dict) -> list[str]:

@@ -60,7 +60,7 @@ def _check(area: str, name: str, ok: bool, expected: str, actual: str, fix: str)
 
 
 def redeploy(host: str) -> str:
-    return f"re-run the deploy: pyinfra INVENTORY deploys/vllm_host.py --limit {host}"
+    return f"re-run the deploy: pyinfra INVENTORY hostkit.deploy.vllm_host --limit {host}"
 
 
 # -- swap ----------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """Fixtures for end-to-end tests on lab hosts: real Debian VMs, real pyinfra over real SSH.
 
-- `lab`: the test lab (its own directory, so it never touches hosts started by `hostkit lab up`).
+- `lab`: the test lab (its own directory, so it never touches hosts started by `python -m hostkit_lab up`).
 - `lab_host`: a fresh host per test (a qcow2 overlay: seconds plus a boot), removed afterwards.
 - `shared_lab_host`: one fresh host per module, shared by that module's tests.
 - `main_host`: a fresh host with the vLLM stand-in, shared by the modules in MAIN_HOST_MODULES:
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from hostkit.lab import Lab, LabHost
+from hostkit_lab import Lab, LabHost
 from hostkit.fleet.pyinfra_runner import PyinfraRun, run_pyinfra, write_inventory
 from tests.standin.install import install_standin
 

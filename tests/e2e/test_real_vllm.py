@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from hostkit.lab import Lab, real_vllm
+from hostkit_lab import Lab, real_vllm
 from tests.e2e.test_doctor_smoke import forwarded
 from tests.e2e.test_monitoring import api, prometheus
 from tests.e2e.vllm_unit import CGROUP_PROCS, alive, serving, sh, show, unit_pids

@@ -32,8 +32,9 @@ HANGING = {**NEW, "vllm_env": {**NEW["vllm_env"], "VLLM_STANDIN_STEP_DELAY_MS": 
 
 
 def rollout(inventory: Path, report: Path, *args: str) -> subprocess.CompletedProcess:
+    # The default deploy: hostkit.deploy.vllm_host by name, as an installed hostkit runs it.
     argv = [sys.executable, "-c", "from hostkit.cli.main import main; main()", "rollout", str(inventory),
-            "--deploy", str(MAIN_DEPLOY), "--report", str(report), "--gate-timeout", "20", *args]
+            "--report", str(report), "--gate-timeout", "20", *args]
     return subprocess.run(argv, capture_output=True, text=True, cwd=REPO, timeout=3600)
 
 
@@ -118,7 +119,8 @@ def test_a_serving_fleet_redeploys_without_restarts_and_rolls_a_release_with_dra
     # (After the test above the first run changes nothing either; run alone, it converges.)
     assert run_pyinfra(inventory, MAIN_DEPLOY, cwd=REPO).ok
     before = {lab_host.name: invocation(lab_host) for lab_host in hosts}
-    redeploy = run_pyinfra(inventory, MAIN_DEPLOY, cwd=REPO)
+    # The deploy by name from outside the checkout: the same operations, nothing to change.
+    redeploy = run_pyinfra(inventory, "hostkit.deploy.vllm_host", cwd=tmp_path)
     print(redeploy.stderr[-3000:])
     assert redeploy.ok, redeploy.output[-4000:]
     assert all(redeploy.changed_on(name) == [] for name in names), {name: redeploy.changed_on(name) for name in names}

@@ -1,5 +1,5 @@
 """Real vLLM for lab hosts: one read-only ext4 disk image with everything hostkit's install
-needs offline, attached to a lab VM as a second virtio disk and mounted at hostkit.lab.real_vllm.DISK_MOUNT.
+needs offline, attached to a lab VM as a second virtio disk and mounted at hostkit_lab.real_vllm.DISK_MOUNT.
 
 It holds the wheelhouse (wheelhouse.py), requirements.lock, a pip wheel (Debian 12's python3
 has no ensurepip without python3-venv), the tiny model (tiny_model.py) and the Debian 12 deb
@@ -20,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from hostkit.lab.real_vllm import DISK_MOUNT, MODEL_DIR
+from hostkit_lab.real_vllm import DISK_MOUNT, MODEL_DIR
 from tests.realvllm import tiny_model, wheelhouse
 
 DEBS = ("libnuma1",)

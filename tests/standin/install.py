@@ -54,7 +54,7 @@ def standin_archive(version: str, command: str = DEFAULT_COMMAND) -> bytes:
 
 
 def install_standin(lab_host, version: str = DEFAULT_VERSION, command: str = DEFAULT_COMMAND) -> None:
-    """Put the stand-in at `command` on `lab_host` (a hostkit.lab LabHost), pretending to be `version`."""
+    """Put the stand-in at `command` on `lab_host` (a hostkit_lab LabHost), pretending to be `version`."""
     prefix = posixpath.dirname(posixpath.dirname(command))
     remote = f"mkdir -p {prefix} && tar -xzf - -C {prefix} --no-same-owner && {command} --version"
     result = subprocess.run(lab_host.ssh_argv(remote), input=standin_archive(version, command),

@@ -161,7 +161,7 @@ def test_an_edited_unit_file_fails_even_before_a_daemon_reload():
     failures = failed(check_host(profile, plan, broken, dataclasses.replace(probes, unit=unit)))
     assert list(failures) == ["unit file"]
     assert "actual edited or out of date, changed on disk since systemd loaded it" in failures["unit file"]
-    assert "pyinfra INVENTORY deploys/vllm_host.py --limit lab1" in failures["unit file"]
+    assert "pyinfra INVENTORY hostkit.deploy.vllm_host --limit lab1" in failures["unit file"]
 
 
 def test_memory_directives_not_in_effect_fail():

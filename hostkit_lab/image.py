@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from hostkit.lab.progress import say
+from hostkit_lab.progress import say
 
 SUITES = {"debian11": "bullseye", "debian12": "bookworm", "debian13": "trixie"}
 # mmdebstrap's default suites for bullseye include its security suite, which answered 404 for

@@ -14,8 +14,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from hostkit.lab.image import base_image, ssh_key
-from hostkit.lab.progress import say
+from hostkit_lab.image import base_image, ssh_key
+from hostkit_lab.progress import say
 
 MEMORY_MB = 2048
 NVME_SIZE = "8G"

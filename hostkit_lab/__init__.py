@@ -4,6 +4,6 @@ Not shipped to production hosts; it exists so that every deploy and check is exe
 real kernel over real SSH.
 """
 
-from hostkit.lab.vm import Lab, LabHost
+from hostkit_lab.vm import Lab, LabHost
 
 __all__ = ["Lab", "LabHost"]

@@ -1,4 +1,4 @@
-"""`hostkit lab`: start, inspect, reboot and stop the local lab hosts."""
+"""`python -m hostkit_lab`: start, inspect, reboot and stop the local lab hosts."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import sys
 
 import click
 
-from hostkit.lab import Lab
-from hostkit.lab.image import SUITES
+from hostkit_lab import Lab
+from hostkit_lab.image import SUITES
 
 
 @click.group()
@@ -37,7 +37,7 @@ def status(fmt: str) -> None:
         click.echo(json.dumps(rows, indent=2))
         return
     if not rows:
-        click.echo("no lab hosts; start one with `hostkit lab up`")
+        click.echo("no lab hosts; start one with `python -m hostkit_lab up`")
     for row in rows:
         state = "up" if row["ssh"] else ("booting" if row["running"] else "stopped")
         click.echo(f"{row['name']}\t{state}\tport {row['port']}\t{row['os']}\tcgroup {row['cgroup']}")
