@@ -200,41 +200,6 @@ def thp_refusals(state: KernelState, plan: KernelPlan, kernel_cmdline: str) -> l
     return refusals
 
 
-def kernel_mismatches(state: KernelState, plan: KernelPlan, kernel_cmdline: str) -> list[str]:
-    """Everything about the host's kernel tuning that differs from the plan; empty when it matches.
-
-    For verification: reads only the snapshot's kernel section and the kernel command line.
-    """
-    mismatches = []
-    for path, value in wanted_sysctl(plan).items():
-        if path not in state.live:
-            mismatches.append(f"sysctl {sysctl_key(path)}: not set in {SYSCTL_FILE}")
-        elif state.live[path] is None:
-            mismatches.append(f"sysctl {sysctl_key(path)}: /proc/sys/{path} does not exist")
-        elif state.live[path] != value:
-            mismatches.append(f"sysctl {sysctl_key(path)} is {state.live[path]}, wanted {value}")
-    if state.hostkit_sysctl_text != render_sysctl_file(plan):
-        mismatches.append(f"{SYSCTL_FILE} is {'missing' if state.hostkit_sysctl_text is None else 'out of date'}")
-    if plan.sysctl_conflicts == "error":
-        mismatches.extend(f"sysctl conflict: {conflict}" for conflict in sysctl_conflicts(state, plan))
-
-    wanted = wanted_thp(plan)
-    if wanted and state.thp_supported:
-        mismatches.extend(f"THP: {refusal}" for refusal in thp_refusals(state, plan, kernel_cmdline))
-        for name, value in wanted.items():
-            setting = state.thp_enabled if name == "enabled" else state.thp_defrag
-            actual = setting.selected if setting else "unreadable"
-            if actual != value:
-                mismatches.append(f"THP {name} is {actual}, wanted {value}")
-        if state.thp_unit_text != render_thp_unit(plan):
-            mismatches.append(f"{THP_UNIT_PATH} is {'missing' if state.thp_unit_text is None else 'out of date'}")
-        if not state.thp_unit_enabled:
-            mismatches.append(f"{THP_UNIT} is not enabled ({THP_WANTED_BY} does not want it)")
-    elif not wanted and state.thp_unit_text is not None:
-        mismatches.append(f"{THP_UNIT_PATH} is installed, but the plan leaves THP alone")
-    return mismatches
-
-
 # -- remote commands -----------------------------------------------------------------------
 
 _SYSCTL_SET = r"""hostkit_sysctl() {

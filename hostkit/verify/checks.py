@@ -136,11 +136,9 @@ def swap_checks(plan: SwapPlan, storage: StorageInfo, host: str, swap_dir: str =
 
 
 def kernel_checks(plan: KernelPlan, kernel: KernelState, kernel_cmdline: str, host: str) -> list[CheckResult]:
-    """The effective values (what /proc/sys and sysfs say now), then how they persist.
-
-    hostkit.operations.kernel.kernel_mismatches judges the same things as one list of
-    sentences; these are the same rules split into named checks.
-    """
+    """The effective values (what /proc/sys and sysfs say now), then how they persist, judged
+    against the wanted state the kernel operations apply (hostkit.operations.kernel's wanted_*,
+    render_* and sysctl_conflicts)."""
     results = []
     for path, value in wanted_sysctl(plan).items():
         key = sysctl_key(path)

@@ -25,6 +25,7 @@ from hostkit.facts.kernel import (
 from hostkit.facts.system import SystemFact
 from hostkit.operations import kernel
 from hostkit.plan.plans import SYSCTL_FILE, KernelPlan
+from hostkit.verify.checks import kernel_checks
 from tests.unit.op_host import OpHost, refusal_text
 
 PLAN = KernelPlan(
@@ -35,6 +36,11 @@ PLAN = KernelPlan(
 ENABLED = ("always", "madvise", "never")
 DEFRAG = ("always", "defer", "defer+madvise", "madvise", "never")
 
+
+
+def failed_kernel_checks(state, plan, kernel_cmdline=""):
+    """`hostkit verify`'s kernel checks that fail on this state: what the operations left unconverged."""
+    return [check.message() for check in kernel_checks(plan, state, kernel_cmdline, "h") if not check.ok]
 
 def converged(plan: KernelPlan = PLAN, **changes) -> KernelState:
     """The state of a host that hostkit has already brought to `plan`."""
@@ -355,38 +361,12 @@ def test_thp_bad_value_is_refused_while_preparing():
         run_op(kernel.transparent_hugepages, FakeHost(converged()), KernelPlan(sysctl={}, thp_enabled="sometimes"))
 
 
-# -- verification helper ---------------------------------------------------------------------
-
-
-def test_mismatches_empty_for_a_converged_host():
-    assert kernel.kernel_mismatches(converged(), PLAN, "root=/dev/vda") == []
-
-
-def test_mismatches_list_every_deviation():
-    state = with_files(converged(
-        live={"vm/swappiness": "60"},
-        hostkit_sysctl_text=None,
-        thp_enabled=ThpSetting("always", ENABLED),
-        thp_unit_text=None,
-        thp_unit_enabled=False,
-    ), LATE_VENDOR)
-    mismatches = kernel.kernel_mismatches(state, PLAN, "transparent_hugepage=always")
-    assert mismatches == [
-        "sysctl vm.swappiness is 60, wanted 10",
-        f"sysctl net.ipv4.tcp_rmem: not set in {SYSCTL_FILE}",
-        f"{SYSCTL_FILE} is missing",
-        f"sysctl conflict: {kernel.sysctl_conflicts(state, PLAN)[0]}",
-        "THP: " + kernel.thp_refusals(state, PLAN, "transparent_hugepage=always")[0],
-        "THP enabled is always, wanted madvise",
-        "/etc/systemd/system/vllm-hostkit-thp.service is missing",
-        "vllm-hostkit-thp.service is not enabled (basic.target does not want it)",
-    ]
-
-
-def test_mismatches_ignore_thp_on_a_kernel_without_it():
+def test_verify_names_wanted_thp_on_a_kernel_without_it():
+    # The deploy skips THP there with a notice; verify keeps the host from passing as tuned.
     state = converged(thp_supported=False, thp_enabled=None, thp_defrag=None, thp_unit_text=None,
                       thp_unit_enabled=False)
-    assert kernel.kernel_mismatches(state, PLAN, "") == []
+    (failure,) = failed_kernel_checks(state, PLAN)
+    assert "this kernel has no transparent hugepage support" in failure
 
 
 def test_operations_read_the_state_the_fact_parses():
@@ -398,6 +378,6 @@ def test_operations_read_the_state_the_fact_parses():
     lines += ["thp.unit-file"] + [f"thp.unit {line}" for line in kernel.render_thp_unit(PLAN).splitlines()]
     lines += ["thp.unit-enabled"]
     state = KernelFact().process(lines)
-    assert kernel.kernel_mismatches(state, PLAN, "") == []
+    assert failed_kernel_checks(state, PLAN) == []
     assert run_op(kernel.sysctl_settings, FakeHost(state)) == []
     assert run_op(kernel.transparent_hugepages, FakeHost(state)) == []

@@ -11,13 +11,12 @@ import pytest
 from hostkit.facts.kernel import ThpSetting
 from hostkit.facts.snapshot import HostSnapshot, HostSnapshotFact
 from hostkit.plan.snapshot_facts import planning_facts
-from hostkit.operations.kernel import kernel_mismatches
 from hostkit.operations.swap import swap_steps
 from hostkit.operations.vllm_service import service_changes
 from hostkit.plan.planner import plan_host
 from hostkit.profile.host_profile import profile_from_data
 from hostkit.vllm.readiness import Probe
-from hostkit.verify.checks import AREAS, check_host, server_argv
+from hostkit.verify.checks import AREAS, check_host, kernel_checks, server_argv
 from hostkit.facts.kernel_log import KernelLog
 from hostkit.verify.probes import Probes, Readiness, parse_probes
 from hostkit.units.vllm_unit import render_env, render_unit
@@ -72,7 +71,7 @@ def test_a_host_broken_in_five_ways_fails_exactly_those_checks():
 def test_the_area_engineers_own_judges_agree_on_the_converged_host():
     _, plan, snapshot, _ = converged()
     assert swap_steps(plan.swap, snapshot.storage) == []
-    assert kernel_mismatches(snapshot.kernel, plan.kernel, snapshot.system.kernel_cmdline) == []
+    assert all(check.ok for check in kernel_checks(plan.kernel, snapshot.kernel, snapshot.system.kernel_cmdline, "h"))
     assert not service_changes(snapshot.vllm, render_unit(plan.vllm), render_env(plan.vllm))
 
 
@@ -119,7 +118,6 @@ def test_a_changed_swappiness_fails_with_expected_and_actual():
     failures = failed(check_host(profile, plan, broken, probes))
     assert list(failures) == ["sysctl vm.swappiness"]
     assert "expected 10; actual 60; fix: sysctl -w vm.swappiness=10," in failures["sysctl vm.swappiness"]
-    assert kernel_mismatches(broken.kernel, plan.kernel, broken.system.kernel_cmdline)
 
 
 def test_changed_thp_fails_enabled_and_defrag():
