@@ -19,6 +19,7 @@ from hostkit.plan.planning_facts import PlanningFacts
 from hostkit.plan.plans import SYSCTL_FILE, THP_UNIT, VLLM_ENV_FILE, VLLM_UNIT, HostPlan, VllmRuntimePlan, VllmSizing
 from hostkit.profile.host_profile import HostProfile, ProfileError, load_inventory, validate_inventory
 from hostkit.profile.sizes import format_size
+from hostkit.units.vllm_unit import service_environment
 
 
 class InputError(click.ClickException):
@@ -70,7 +71,7 @@ def plan_all(profiles: dict[str, HostProfile], facts: dict[str, PlanningFacts]) 
 
 def plan_as_json(plan: HostPlan) -> dict[str, Any]:
     data = plan.model_dump(mode="json")
-    data["vllm"]["env"] = masked_env(plan.vllm.env)
+    data["vllm"]["env"] = masked_env(service_environment(plan.vllm))
     return data
 
 
@@ -102,7 +103,7 @@ def plan_as_text(plan: HostPlan) -> str:
         lines.append(f"unit      {VLLM_UNIT}  User={vllm.user}  {'  '.join(limits)}  (cgroup v{vllm.cgroup_version})")
         lines.append(f"command   {shlex.join(vllm.argv)}")
         lines.extend(runtime_lines(vllm.runtime))
-        env = masked_env(vllm.env)
+        env = masked_env(service_environment(vllm))
         for variable, secret in (("VLLM_API_KEY", vllm.api_key), ("HF_TOKEN", vllm.hf_token)):
             if secret is not None:
                 env[variable] = "********"

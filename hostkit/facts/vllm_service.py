@@ -18,6 +18,7 @@ from hostkit.facts.deadline import TIMED_OUT, timed_out_lines
 from hostkit.facts.parts import to_int
 from hostkit.facts.systemctl_show import SHOW_FUNCTIONS, parse_show
 from hostkit.plan.plans import VLLM_ENV_FILE, VLLM_UNIT, VllmPlan
+from hostkit.profile.host_profile import HostProfile
 from hostkit.remote import host_file
 from hostkit.vllm.readiness import Probe, probe_command
 from hostkit.units.vllm_unit import ENV_DIR, UNIT_PATH
@@ -34,10 +35,10 @@ _UNIT_PROPERTIES = (
 class ServiceTarget:
     """Which service user, command and address the fact looks at (the command only identifies the target)."""
 
-    user: str = "vllm"
-    command: str = "/opt/vllm/bin/vllm"
-    host: str = "0.0.0.0"
-    port: int = 8000
+    user: str = HostProfile.model_fields["vllm_user"].default
+    command: str = HostProfile.model_fields["vllm_command"].default
+    host: str = HostProfile.model_fields["vllm_host"].default
+    port: int = HostProfile.model_fields["vllm_port"].default
 
     @classmethod
     def from_profile(cls, profile: Any) -> ServiceTarget:

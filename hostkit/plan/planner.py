@@ -39,6 +39,7 @@ from hostkit.vllm.model_catalog import ModelConfigError, ModelSpec
 from hostkit.plan.planning_facts import FilesystemFact, GpuMemoryFact, NvmeDeviceFact, PlanningFacts
 from hostkit.plan.platform_findings import platform_findings
 from hostkit.plan.plans import (
+    DEFAULT_CACHE_DIR,
     SWAP_FILE_NAME,
     HostPlan,
     KernelPlan,
@@ -62,7 +63,6 @@ SWAP_MIN = 1 * GIB
 LONG_CONTEXT_TOKENS = 8192
 CHUNKED_PREFILL_BATCH_TOKENS = 8192
 AUTO_MAX_NUM_SEQS_CAP = 256
-DEFAULT_CACHE_DIR = "/var/cache/vllm"
 # Host RAM per vLLM instance, from the field notes: low and high ends of the observed range.
 RAM_PER_GPU_PROCESS = (2 * GIB, 4 * GIB)
 RAM_FRONTEND = (2 * GIB, 3 * GIB)
@@ -308,7 +308,7 @@ def _plan_vllm(
     _check_host_ram(p, tp, memory_max, facts, found)
 
     cache_dir = _cache_dir(nvme, facts)
-    env = {"HF_HOME": f"{cache_dir}/huggingface", "VLLM_CACHE_ROOT": f"{cache_dir}/vllm", **p.vllm_env}
+    env = dict(p.vllm_env)
     return VllmPlan(
         enabled=True,
         version=p.vllm_version,

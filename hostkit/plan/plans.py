@@ -4,11 +4,20 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
+from hostkit.profile.host_profile import HostProfile
+
 SWAP_FILE_NAME = "vllm-hostkit.swap"
 VLLM_UNIT = "vllm.service"
 THP_UNIT = "vllm-hostkit-thp.service"
 SYSCTL_FILE = "/etc/sysctl.d/99-zz-vllm-hostkit.conf"
 VLLM_ENV_FILE = "/etc/vllm-hostkit/vllm.env"
+# vLLM's caches (Hugging Face, torch.compile) where the host has no NVMe mount for them.
+DEFAULT_CACHE_DIR = "/var/cache/vllm"
+
+
+def _profile_default(key: str):
+    """The inventory key's declared default: a plan made without a profile value says the same."""
+    return HostProfile.model_fields[key].default
 
 
 class _Plan(BaseModel):
@@ -82,9 +91,9 @@ class VllmRuntimePlan(_Plan):
 class VllmPlan(_Plan):
     enabled: bool
     version: str = ""
-    user: str = "vllm"
+    user: str = _profile_default("vllm_user")
     argv: list[str] = Field(default_factory=list)  # the full ExecStart, never a secret
-    env: dict[str, str] = Field(default_factory=dict)  # non-secret environment
+    env: dict[str, str] = Field(default_factory=dict)  # vllm_env: non-secret, over the cache variables (units.vllm_unit.service_environment)
     api_key: SecretStr | None = None
     hf_token: SecretStr | None = None  # HF_TOKEN, in the environment file only, like the API key
     memory_max_bytes: int | None = None
@@ -92,13 +101,13 @@ class VllmPlan(_Plan):
     memory_swap_max_bytes: int | None = None
     cgroup_version: int = 2
     systemd_version: int | None = None  # the unit uses only directives it has (hostkit.units.directives)
-    host: str = "0.0.0.0"
-    port: int = 8000
+    host: str = _profile_default("vllm_host")
+    port: int = _profile_default("vllm_port")
     served_model_name: str = ""
-    cache_dir: str = "/var/cache/vllm"
-    ready_timeout_s: int = 1800
-    parse_check_timeout_s: int = 60
-    hardening: str = "standard"  # "standard" | "strict"
+    cache_dir: str = DEFAULT_CACHE_DIR
+    ready_timeout_s: int = _profile_default("vllm_ready_timeout")
+    parse_check_timeout_s: int = _profile_default("vllm_parse_check_timeout")
+    hardening: str = _profile_default("vllm_hardening")  # "standard" | "strict"
     sizing: VllmSizing | None = None  # None when the model or the GPUs are unknown
     runtime: VllmRuntimePlan | None = None
 

@@ -1,5 +1,6 @@
 import pytest
 
+from hostkit.units.vllm_unit import service_environment
 from hostkit.vllm import model_catalog
 from hostkit.vllm.model_catalog import ModelConfigError, spec_from_hf_config
 from hostkit.plan.planner import PlanError, plan_host
@@ -247,8 +248,9 @@ def test_blank_nvme_device_is_formatted_and_holds_swap_and_caches():
     assert (result.nvme.device, result.nvme.mount, result.nvme.fstype) == ("/dev/nvme1n1", "/mnt/nvme", "ext4")
     assert result.swap.path == "/mnt/nvme/vllm-hostkit.swap" and result.swap.size_bytes == 16 * GIB
     assert result.vllm.cache_dir == "/mnt/nvme/vllm-cache"
-    assert result.vllm.env["HF_HOME"] == "/mnt/nvme/vllm-cache/huggingface"
-    assert result.vllm.env["VLLM_CACHE_ROOT"] == "/mnt/nvme/vllm-cache/vllm"
+    environment = service_environment(result.vllm)
+    assert environment["HF_HOME"] == "/mnt/nvme/vllm-cache/huggingface"
+    assert environment["VLLM_CACHE_ROOT"] == "/mnt/nvme/vllm-cache/vllm"
 
 
 def test_nvme_device_already_mounted_at_nvme_mount_stays_planned():
