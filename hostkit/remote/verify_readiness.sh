@@ -1,8 +1,8 @@
 # verify's readiness probe: poll until vLLM answers, its unit stops or the wait runs out; then
 # the unit's properties and its main process. hostkit.verify.probes sets before it: hk_unit,
 # hk_mark, hk_ready (what a ready answer contains), hk_interval, hk_properties (systemctl
-# show's property names), hk_ready_probe (prints the probe's JSON line), hk_waited_out (true
-# once hk_start is the wait's seconds ago), and hk_show, hk_show_value
+# show's property names), hk_wait (the seconds to wait), hk_ready_probe (prints the probe's
+# JSON line), and hk_show, hk_show_value
 # (hostkit.facts.systemctl_show).
 echo "${hk_mark}readiness@@"
 hk_start=$(date +%s); hk_attempts=0
@@ -12,7 +12,7 @@ while :; do
   case $hk_probe in *"$hk_ready"*) hk_end=ready; break ;; esac
   hk_state=$(hk_show_value "$hk_unit" ActiveState)
   case $hk_state in activating|active|reloading) ;; *) hk_end="unit ${hk_state:-unknown}"; break ;; esac
-  hk_waited_out && { hk_end=timeout; break; }
+  [ $(( $(date +%s) - hk_start )) -ge "$hk_wait" ] && { hk_end=timeout; break; }
   sleep "$hk_interval"
 done
 echo "outcome $hk_end"; echo "attempts $hk_attempts"; echo "waited $(( $(date +%s) - hk_start ))"

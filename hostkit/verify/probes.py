@@ -89,17 +89,17 @@ def probe_command(plan: VllmPlan, ready_timeout_s: int | None = None) -> str:
     """The probe script for a host with this vLLM plan; `ready_timeout_s` overrides the plan's wait."""
     parts = [_mark("oom"), kernel_log_command(KILL_LINES, OOM_LINE_LIMIT)]
     if plan.enabled:
+        wait = plan.ready_timeout_s if ready_timeout_s is None else ready_timeout_s
         settings = {
             "hk_unit": VLLM_UNIT,
+            "hk_wait": str(wait),
             "hk_mark": MARKER,
             "hk_ready": _READY,
             "hk_interval": str(POLL_INTERVAL_S),
             "hk_properties": " ".join(UNIT_PROPERTIES),
         }
         parts += [f"{name}={shlex.quote(value)}" for name, value in settings.items()]
-        wait = plan.ready_timeout_s if ready_timeout_s is None else ready_timeout_s
         parts += [SHOW_FUNCTIONS, f"hk_ready_probe() {{ {readiness_probe_command(plan.host, plan.port)}; }}",
-                  f"hk_waited_out() {{ [ $(( $(date +%s) - hk_start )) -ge {wait} ]; }}",
                   host_file("verify_readiness.sh")]
         parts += [_mark("watchdog"), WatchdogFact().command()]
     parts.append("true")

@@ -137,7 +137,7 @@ def test_probe_is_valid_shell_and_runs_here(tmp_path):
 
 def test_fact_command_takes_unit_and_command():
     command = DoctorFact().command(unit="my vllm.service", vllm_command="/x/bin/vllm")
-    assert "unit='my vllm.service'" in command and "echo /x/bin/vllm" in command
+    assert "unit='my vllm.service'" in command and "hk_vllm_command=/x/bin/vllm" in command
 
 
 def test_local_gather_uses_psutil_for_memory():

@@ -25,9 +25,9 @@ def test_two_remote_commands_and_every_check_passes_on_a_provisioned_host():
 def test_the_probe_waits_as_long_as_the_profile_says_unless_overridden():
     host = FakeHost()
     verify_host("lab1", host, profile_from_data("lab1", LAB_DATA))
-    assert "-ge 180 ]" in host.commands[1]
+    assert "hk_wait=180\n" in host.commands[1]
     verify_host("lab1", host, profile_from_data("lab1", LAB_DATA), ready_timeout_s=7)
-    assert "-ge 7 ]" in host.commands[3]
+    assert "hk_wait=7\n" in host.commands[3]
 
 
 def test_an_unreachable_host_is_an_error_not_a_failed_check():
