@@ -69,8 +69,9 @@ def vllm_host() -> None:
     gpu.verify_gpu(name="Check the GPU driver", profile=profile)
     driver_hold.hold_driver_packages(name="Hold the NVIDIA driver packages", profile=profile)
     if plan.nvme is not None:
-        swap.prepare_nvme(name=f"Prepare NVMe {plan.nvme.device} at {plan.nvme.mount}", plan=plan.nvme, profile=profile)
-    swap.swap_file(name="Swap file on NVMe", plan=plan.swap, profile=profile)
+        swap.prepare_nvme(name=f"Prepare NVMe {plan.nvme.device} at {plan.nvme.mount}", plan=plan.nvme, profile=profile,
+                          _timeout=swap.NVME_PREPARE_DEADLINE_S)
+    swap.swap_file(name="Swap file on NVMe", plan=plan.swap, profile=profile, _timeout=swap.swap_deadline_s(plan.swap))
     kernel.sysctl_settings(name="Kernel memory sysctls", plan=plan.kernel, profile=profile)
     kernel.transparent_hugepages(name="Transparent hugepages", plan=plan.kernel, profile=profile)
     # Before the vLLM unit: a host whose vLLM fails to start is the one to watch.

@@ -66,6 +66,18 @@ MKFS_FSTYPES = ("ext4", "xfs")
 SHELL_LIB = host_file("swap_lib.sh")
 # A step that formats, mounts and persists a blank NVMe device, after its variables.
 NVME_FORMAT = host_file("nvme_format.sh").removesuffix("\n")
+# Controller-side deadlines for each remote step (pyinfra's _timeout): a write stuck in the
+# kernel cannot be killed from the host (a lab NVMe once held mkfs in D state for 24 min,
+# and the whole rollout batch with it); past these the host fails, "Command timed out after
+# Ns", and the others go on. Generous: a 16 GiB swap file at 100 MB/s takes under 3 min.
+NVME_PREPARE_DEADLINE_S = 900
+SWAP_DEADLINE_BASE_S = 600
+SWAP_DEADLINE_PER_GIB_S = 60
+
+
+def swap_deadline_s(plan: SwapPlan) -> int:
+    """The deadline of each swap step: writing the file grows with its size."""
+    return SWAP_DEADLINE_BASE_S + SWAP_DEADLINE_PER_GIB_S * -(-plan.size_bytes // 2**30)
 
 
 class SwapRefused(Exception):

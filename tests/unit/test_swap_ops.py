@@ -709,3 +709,9 @@ def test_nvme_script_refuses_a_device_that_stopped_being_blank_since_the_snapsho
     assert "swap" in result.stderr
     assert "mkfs" not in shell.log() and "mount" not in shell.log()
     assert shell.fstab() == before
+
+
+def test_each_swap_step_has_a_deadline_that_grows_with_the_file():
+    small, large = (PLAN.model_copy(update={"size_bytes": size}) for size in (GIB, 16 * GIB))
+    assert swap.swap_deadline_s(small) == 660 and swap.swap_deadline_s(large) == 1560
+    assert swap.swap_deadline_s(SwapPlan(enabled=False)) == swap.SWAP_DEADLINE_BASE_S
