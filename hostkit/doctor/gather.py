@@ -42,7 +42,7 @@ from hostkit.doctor.inputs import (
     VllmProcessTree,
 )
 from hostkit.facts.kernel_log import oom_lines_command, parse_kernel_log
-from hostkit.facts.parts import parse_int
+from hostkit.facts.parts import parse_int, split_on_marker
 from hostkit.facts.platform import PlatformFact
 from hostkit.facts.platform import script as platform_script
 from hostkit.facts.gpu import parse_compute_apps
@@ -132,14 +132,7 @@ def doctor_command(unit: str = VLLM_UNIT, vllm_command: str | None = None, with_
 
 
 def split_sub_sections(output: Iterable[str]) -> dict[str, list[str]]:
-    parts: dict[str, list[str]] = {}
-    current: list[str] | None = None
-    for line in output:
-        if line.startswith(SUB_MARKER):
-            current = parts.setdefault(line[len(SUB_MARKER):].split("@@", 1)[0], [])
-        elif current is not None:
-            current.append(line)
-    return parts
+    return split_on_marker(output, SUB_MARKER)
 
 
 def _key_values(lines: Iterable[str]) -> dict[str, str]:

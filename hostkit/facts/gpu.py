@@ -39,7 +39,7 @@ from pyinfra.api import FactBase
 from hostkit.remote import host_file
 from hostkit.facts.deadline import DEADLINE_FUNCTION, NVIDIA_SMI_S, TIMED_OUT, timed_out_lines
 from hostkit.facts.kernel_log import XID_LINES, XidEvent, kernel_log_script, parse_kernel_log
-from hostkit.facts.parts import parse_int
+from hostkit.facts.parts import parse_int, split_on_marker
 
 # Fixed order: the parser maps columns by position. Every name appears in the header of
 # real `nvidia-smi --query-gpu` output from an H200 (tests check this against a fixture).
@@ -171,20 +171,6 @@ class GpuFact(FactBase):
         return parse_gpu_output(output)
 
 
-def split_sub_sections(output: list[str]) -> dict[str, list[str]]:
-    parts: dict[str, list[str]] = {}
-    current: list[str] | None = None
-    for line in output:
-        if line.startswith(SUB_MARKER):
-            name, _, rest = line[len(SUB_MARKER):].partition("@@")
-            current = parts.setdefault(name, [])
-            if rest.strip():
-                current.append(rest.strip())
-        elif current is not None:
-            current.append(line)
-    return parts
-
-
 def _na(value: str) -> bool:
     return value in ("", "[N/A]", "N/A", "[Not Supported]", "[Unknown Error]", "[Insufficient Permissions]")
 
@@ -300,7 +286,7 @@ def _parse_fabricmanager(lines: list[str]) -> FabricManager:
 
 
 def parse_gpu_output(output: list[str]) -> GpuFacts:
-    parts = split_sub_sections(output)
+    parts = split_on_marker(output, SUB_MARKER)
     driver_present = "query" in parts and "no-nvidia-smi" not in parts
 
     gpus: tuple[GpuDevice, ...] = ()

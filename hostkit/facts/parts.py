@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 
-def split_on_marker(lines: list[str], marker: str) -> dict[str, list[str]]:
-    """`MARKER name` lines start the part `name`; lines before the first marker are dropped."""
+
+def split_on_marker(lines: Iterable[str], marker: str) -> dict[str, list[str]]:
+    """A line `MARKER name`, `MARKERname@@` or `MARKERname@@text` starts the part `name`
+    (with `text` as its first line); lines before the first marker are dropped."""
     parts: dict[str, list[str]] = {}
     current: list[str] | None = None
     for line in lines:
         if line.startswith(marker):
-            current = parts.setdefault(line[len(marker):].strip(), [])
+            name, _, rest = line[len(marker):].partition("@@")
+            current = parts.setdefault(name.strip(), [])
+            if rest.strip():
+                current.append(rest.strip())
         elif current is not None:
             current.append(line)
     return parts

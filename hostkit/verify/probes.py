@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 from hostkit.remote import host_file
 from hostkit.facts.kernel_log import KILL_LINES, KernelLog, kernel_log_command, parse_kernel_log
-from hostkit.facts.parts import parse_int
+from hostkit.facts.parts import parse_int, split_on_marker
 from hostkit.facts.systemctl_show import SHOW_FUNCTIONS, parse_show
 from hostkit.operations.watchdog import WatchdogFact, WatchdogState
 from hostkit.plan.plans import VLLM_UNIT, VllmPlan
@@ -106,17 +106,6 @@ def probe_command(plan: VllmPlan, ready_timeout_s: int | None = None) -> str:
     return "\n".join(parts)
 
 
-def split_parts(output: list[str]) -> dict[str, list[str]]:
-    parts: dict[str, list[str]] = {}
-    current: list[str] | None = None
-    for line in output:
-        if line.startswith(MARKER) and line.endswith("@@"):
-            current = parts.setdefault(line[len(MARKER):-2], [])
-        elif current is not None:
-            current.append(line)
-    return parts
-
-
 def _parse_readiness(lines: list[str]) -> Readiness:
     values: dict[str, str] = {}
     for line in lines:
@@ -154,7 +143,7 @@ def _parse_process(lines: list[str]) -> VllmProcess | None:
 
 
 def parse_probes(output: list[str]) -> Probes:
-    parts = split_parts(output)
+    parts = split_on_marker(output, MARKER)
     readiness = None
     if "readiness" in parts:
         readiness = _parse_readiness(parts["readiness"])
