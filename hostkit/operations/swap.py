@@ -49,7 +49,7 @@ from hostkit.facts.storage import SWAP_FILE_SELINUX_TYPE, TEMP_SUFFIX, FileStat,
 from hostkit.operations import callbacks
 from hostkit.plan.plans import SWAP_FILE_NAME, NvmePlan, SwapPlan
 from hostkit.profile.host_profile import value_or_default
-from hostkit.plan.swap_filesystems import FILL_METHODS, swap_file_refusal
+from hostkit.plan.swap_filesystems import FILL_METHODS, RESERVE_FRACTION, RESERVE_MIN_BYTES, swap_file_refusal
 
 SWAP_FILE_MODE = 0o600
 # Paths go into shell scripts, fstab and awk comparisons with /proc/swaps: keep them plain.
@@ -61,9 +61,11 @@ _SAFE_PATH = re.compile(r"^/[A-Za-z0-9._+:@/-]*$")
 NVME_MOUNT_OPTIONS = "defaults,nofail,x-systemd.device-timeout=30s"
 # The filesystems hostkit/remote/nvme_format.sh makes.
 MKFS_FSTYPES = ("ext4", "xfs")
-# Shell functions every script starts with (hostkit/remote/swap_lib.sh). Paths reach them checked against _SAFE_PATH,
+# Shell functions every script starts with (hostkit/remote/swap_lib.sh), after the free-space
+# reserve the plan also keeps (hostkit.plan.swap_filesystems). Paths reach them checked against _SAFE_PATH,
 # so they compare equal to the (octal-escaped) fields of /proc/swaps and fstab.
-SHELL_LIB = host_file("swap_lib.sh")
+SHELL_LIB = (f"hk_reserve_min={RESERVE_MIN_BYTES}; hk_reserve_fraction={RESERVE_FRACTION}\n"
+             + host_file("swap_lib.sh"))
 # A step that formats, mounts and persists a blank NVMe device, after its variables.
 NVME_FORMAT = host_file("nvme_format.sh").removesuffix("\n")
 # Controller-side deadlines for each remote step (pyinfra's _timeout): a write stuck in the

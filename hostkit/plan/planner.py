@@ -52,7 +52,7 @@ from hostkit.plan.plans import (
 )
 from hostkit.profile.host_profile import HostProfile, mask
 from hostkit.profile.sizes import GIB, MIB, format_size
-from hostkit.plan.swap_filesystems import swap_file_refusal
+from hostkit.plan.swap_filesystems import reserve_bytes, swap_file_refusal
 from hostkit.vllm.flags import FlagError, flags_for, known_versions, parse_version, render_flags
 from hostkit.vllm.runtime import InstallTarget, driver_floor, driver_problem, mismatch_problem
 from hostkit.units.vllm_unit import unit_notes
@@ -251,7 +251,7 @@ def _plan_swap(p: HostProfile, facts: PlanningFacts, nvme: NvmePlan | None, foun
         return SwapPlan(enabled=True, priority=p.swap_priority, reason="unusable filesystem")
     path = posixpath.join(target.directory, SWAP_FILE_NAME)
     existing = sum(s.size_bytes for s in facts.swaps if s.path == path)
-    reserve = max(GIB, target.size_bytes // 20)
+    reserve = reserve_bytes(target.size_bytes)
     # A resize writes the new file before the old one goes, so a new size must fit beside it.
     room_for_new = target.avail_bytes - reserve
     room = (

@@ -1,4 +1,5 @@
-"""Which filesystems hostkit puts a swap file on, and how: one rule for plan, deploy and verify.
+"""Which filesystems hostkit puts a swap file on, how, and what free space it leaves there:
+one rule for plan, deploy and verify.
 
 An allow list, not a deny list: a filesystem hostkit has not tried (vfat, f2fs, a new FUSE
 one) is refused at plan time, not only when the deploy reaches the host.
@@ -16,6 +17,17 @@ NO_SWAP_FILE_REASONS = {
     "ramfs": "ramfs lives in the memory that swap is meant to relieve",
     "overlay": "the kernel cannot swap to a file on overlayfs",
 }
+
+
+# Free space a swap file leaves on its filesystem, so that the logs and caches beside it can
+# still grow: the plan sizes the file by it and the host checks it again before writing.
+RESERVE_MIN_BYTES = 2**30
+RESERVE_FRACTION = 20
+
+
+def reserve_bytes(filesystem_bytes: int) -> int:
+    """What stays free on a filesystem of this size: 1 GiB, or 5 % when that is more."""
+    return max(RESERVE_MIN_BYTES, filesystem_bytes // RESERVE_FRACTION)
 
 
 def swap_file_refusal(fstype: str) -> str | None:

@@ -80,7 +80,7 @@ hk_create() {
   mkdir -p -- "$hk_dir"
   hk_df=$(df -P -B1 -- "$hk_dir" | awk 'NR == 2 { print $2 " " $4 }')
   hk_fs_size=${hk_df% *}; hk_fs_avail=${hk_df#* }
-  hk_reserve=$(( hk_fs_size / 50 )); [ "$hk_reserve" -ge 268435456 ] || hk_reserve=268435456
+  hk_reserve=$(( hk_fs_size / hk_reserve_fraction )); [ "$hk_reserve" -ge "$hk_reserve_min" ] || hk_reserve=$hk_reserve_min
   [ $(( $2 + hk_reserve )) -le "$hk_fs_avail" ] || hk_fail "not enough free space in $hk_dir for $1:" \
     "need $(( $2 / 1048576 )) MiB plus a $(( hk_reserve / 1048576 )) MiB reserve," \
     "$(( hk_fs_avail / 1048576 )) MiB available"
