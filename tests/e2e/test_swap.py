@@ -129,11 +129,12 @@ def test_drift_is_corrected(shared_lab_host, run_deploy):
 
 
 def test_disk_full_is_refused_or_cleaned_up(shared_lab_host, run_deploy):
-    """A small filesystem: a 700 MiB ext4 image on the NVMe, loop-mounted at /mnt/small. The
-    planner plans for /mnt/nvme as usual; e2e_swap_plan points the operation at /mnt/small."""
+    """A small filesystem: a 2 GiB ext4 image on the NVMe, loop-mounted at /mnt/small. The
+    planner plans for /mnt/nvme as usual; e2e_swap_plan points the operation at /mnt/small.
+    On it the host keeps the plan's reserve free (1 GiB: hostkit.plan.swap_filesystems)."""
     host = shared_lab_host
     assert deploy(run_deploy, host).ok
-    sh(host, "truncate -s 700M /mnt/nvme/small.img && mkfs.ext4 -q -F /mnt/nvme/small.img"
+    sh(host, "truncate -s 2G /mnt/nvme/small.img && mkfs.ext4 -q -F /mnt/nvme/small.img"
              " && mkdir -p /mnt/small && mount -o loop /mnt/nvme/small.img /mnt/small")
     fstab_before = sh(host, "cat /etc/fstab")
     filler = None
@@ -143,10 +144,11 @@ def test_disk_full_is_refused_or_cleaned_up(shared_lab_host, run_deploy):
         assert not run.ok and "does not fit in /mnt/small" in run.output
 
         # The host-side check refuses before writing anything, with the numbers.
-        plan = {"enabled": True, "path": "/mnt/small/vllm-hostkit.swap", "size_bytes": 512 * MIB}
+        plan = {"enabled": True, "path": "/mnt/small/vllm-hostkit.swap", "size_bytes": 1024 * MIB}
         run = deploy(run_deploy, host, e2e_swap_plan=plan)
         assert not run.ok
-        assert "not enough free space in /mnt/small for /mnt/small/vllm-hostkit.swap: need 512 MiB plus" in run.output
+        assert ("not enough free space in /mnt/small for /mnt/small/vllm-hostkit.swap: need 1024 MiB plus"
+                " a 1024 MiB reserve") in run.output
 
         # The disk fills up while dd writes (a filler takes the free space once the file
         # appears): the partial file is removed and no fstab entry is written.
