@@ -308,13 +308,12 @@ def _plan_vllm(
     _check_host_ram(p, tp, memory_max, facts, found)
 
     cache_dir = _cache_dir(nvme, facts)
-    env = dict(p.vllm_env)
     return VllmPlan(
         enabled=True,
         version=p.vllm_version,
         user=p.vllm_user,
         argv=_argv(p, spec, sizing, found),
-        env=env,
+        env=dict(p.vllm_env),
         api_key=p.vllm_api_key,
         hf_token=p.vllm_hf_token,
         memory_max_bytes=memory_max,

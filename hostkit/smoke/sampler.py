@@ -180,6 +180,10 @@ class LocalSampler:
         return parse_kernel_log(result.stdout.splitlines())
 
 
+# Never a password prompt; a dead connection noticed within seconds.
+_SSH = ("ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", "-o", "ServerAliveInterval=5")
+
+
 def ssh_argv_for(host: str, inventory: str | None = None) -> list[str]:
     """How to reach HOST: its inventory entry's ssh_* data, else plain ssh (HOST an ssh destination)."""
     if inventory:
@@ -189,14 +193,14 @@ def ssh_argv_for(host: str, inventory: str | None = None) -> list[str]:
             if name == host:
                 return ssh_argv_from_data(name, data)
         raise KeyError(f"no host {host!r} in {inventory}")
-    return ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", "-o", "ServerAliveInterval=5", host]
+    return [*_SSH, host]
 
 
 def ssh_argv_from_data(name: str, data: dict) -> list[str]:
     from hostkit.profile.host_profile import SshSettings
 
     ssh = SshSettings.from_data(name, data)
-    argv = ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", "-o", "ServerAliveInterval=5"]
+    argv = list(_SSH)
     if ssh.port:
         argv += ["-p", str(ssh.port)]
     if ssh.key:
