@@ -33,6 +33,7 @@ returns False (an exception in the generator would stop every host).
 
 from __future__ import annotations
 
+import math
 import posixpath
 import re
 import shlex
@@ -49,6 +50,7 @@ from hostkit.facts.storage import SWAP_FILE_SELINUX_TYPE, TEMP_SUFFIX, FileStat,
 from hostkit.operations import callbacks
 from hostkit.plan.plans import SWAP_FILE_NAME, NvmePlan, SwapPlan
 from hostkit.profile.host_profile import value_or_default
+from hostkit.profile.sizes import GIB
 from hostkit.plan.swap_filesystems import FILL_METHODS, RESERVE_FRACTION, RESERVE_MIN_BYTES, swap_file_refusal
 
 SWAP_FILE_MODE = 0o600
@@ -79,7 +81,7 @@ SWAP_DEADLINE_PER_GIB_S = 60
 
 def swap_deadline_s(plan: SwapPlan) -> int:
     """The deadline of each swap step: writing the file grows with its size."""
-    return SWAP_DEADLINE_BASE_S + SWAP_DEADLINE_PER_GIB_S * -(-plan.size_bytes // 2**30)
+    return SWAP_DEADLINE_BASE_S + SWAP_DEADLINE_PER_GIB_S * math.ceil(plan.size_bytes / GIB)
 
 
 class SwapRefused(Exception):

@@ -7,6 +7,8 @@ one) is refused at plan time, not only when the deploy reaches the host.
 
 from __future__ import annotations
 
+from hostkit.profile.sizes import GIB
+
 # How each filesystem gets a swap file the kernel accepts.
 FILL_METHODS = {"ext2": "dd", "ext3": "dd", "ext4": "dd", "xfs": "dd", "btrfs": "nocow"}
 NO_SWAP_FILE_REASONS = {
@@ -21,7 +23,7 @@ NO_SWAP_FILE_REASONS = {
 
 # Free space a swap file leaves on its filesystem, so that the logs and caches beside it can
 # still grow: the plan sizes the file by it and the host checks it again before writing.
-RESERVE_MIN_BYTES = 2**30
+RESERVE_MIN_BYTES = GIB
 RESERVE_FRACTION = 20
 
 
