@@ -1,13 +1,17 @@
-"""Bad inventory data, end to end: each case is its own `pyinfra INVENTORY deploys/vllm_host.py`
-run against the main lab host, and each must exit non-zero, name the host and the key, and
-leave the host as it was.
+"""Bad inventory data, end to end: `pyinfra INVENTORY deploys/vllm_host.py` against the main lab
+host, and each run must exit non-zero, name each bad host and its key, and leave the host as
+it was.
 
-Run alone, the module gets a fresh host, the strictest witness: any case hostkit failed to
-refuse would make swap, sysctl, THP and unit changes that the state digest shows. The
-digest (fstab, sysctl.d, systemd units, /proc/swaps, THP, swappiness, /run/vllm-hostkit)
-is one ssh command, taken before all cases and right after each case. The CLI runs go three
-at a time (every case fails while pyinfra prepares, before any command that changes a host),
-so a digest that differs names its case and the cases that ran beside it.
+Most cases are refused by the data alone, before any host's facts are read: those run as
+hosts of one inventory (ten to a run, each entry a case named by its id, all pointing at the
+lab host), which also shows a fleet's every bad host named in one refusal. The cases that
+only the host's facts can refuse (its disks, its kernel) stop the run at the first, so each
+runs alone. Run alone, the module gets a fresh host, the strictest witness: any case hostkit
+failed to refuse would make swap, sysctl, THP and unit changes that the state digest shows.
+The digest (fstab, sysctl.d, systemd units, /proc/swaps, THP, swappiness, /run/vllm-hostkit)
+is one ssh command, taken before all runs and right after each. Several runs go at once
+(every case fails while pyinfra prepares, before any command that changes a host), so a
+digest that differs names its case and the cases that ran beside it.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ class Case:
     data: dict
     key: str  # the key the message must name
     says: str = ""  # and a phrase that shows it was refused for the right reason
+    host_facts: bool = False  # refused only once the host's facts are read
 
 
 # The lab data (inventories/lab.py) is valid; each case changes it in one way.
@@ -55,17 +60,17 @@ CASES = [
     # bad sizes
     Case("swap_size-word", {"swap_size": "lots"}, "swap_size", "binary size"),
     Case("swap_size-bare-number", {"swap_size": 1024}, "swap_size", "a bare number is ambiguous"),
-    Case("swap_size-below-1G", {"swap_size": "512M"}, "swap_size", "below 1G"),
-    Case("swap_size-does-not-fit", {"swap_size": "500G"}, "swap_size", "does not fit in /mnt/nvme"),
+    Case("swap_size-below-1G", {"swap_size": "512M"}, "swap_size", "below 1G", host_facts=True),
+    Case("swap_size-does-not-fit", {"swap_size": "500G"}, "swap_size", "does not fit in /mnt/nvme", host_facts=True),
     Case("memory_max-bad-unit", {"vllm_memory_max": "48Q"}, "vllm_memory_max", "binary size"),
     Case("memory_high-above-max", {"vllm_memory_max": "1G", "vllm_memory_high": "2G"}, "vllm_memory_high",
          "at most vllm_memory_max"),
     # paths and devices
     Case("swap_dir-relative", {"swap_dir": "var/swap"}, "swap_dir", "absolute directory path"),
-    Case("swap_dir-on-tmpfs", {"swap_dir": "/dev/shm"}, "swap_dir", "cannot hold a swap file"),
+    Case("swap_dir-on-tmpfs", {"swap_dir": "/dev/shm"}, "swap_dir", "cannot hold a swap file", host_facts=True),
     Case("nvme_mount-root", {"nvme_mount": "/"}, "nvme_mount", "other than /"),
     Case("nvme_device-not-a-dev-path", {"nvme_device": "nvme0n1"}, "nvme_device", "under /dev/"),
-    Case("nvme_device-absent", {"nvme_device": "/dev/nvme9n1"}, "nvme_device", "is not on this host"),
+    Case("nvme_device-absent", {"nvme_device": "/dev/nvme9n1"}, "nvme_device", "is not on this host", host_facts=True),
     Case("vllm_command-relative", {"vllm_command": "vllm"}, "vllm_command", "absolute path"),
     # vLLM settings the release or the model refuses
     Case("model-missing", {"vllm_model": UNSET}, "vllm_model", "required when vllm_enabled is true"),
@@ -92,11 +97,11 @@ CASES = [
          "vllm_env['S3_SECRET_ACCESS_KEY']", "vllm_hf_token (HF_TOKEN)"),
     # values the host's kernel refuses, found in its facts before anything changes
     Case("sysctl-swappiness-400", {"sysctl": {"vm.swappiness": 400}}, "sysctl['vm.swappiness']",
-         "vm.swappiness takes a whole number 0 to 200 on kernel"),
+         "vm.swappiness takes a whole number 0 to 200 on kernel", host_facts=True),
     Case("sysctl-unknown-key", {"sysctl": {"vm.swappiness": 10, "vm.no_such_knob": 1}}, "sysctl['vm.no_such_knob']",
-         "/proc/sys/vm/no_such_knob does not exist on this host"),
+         "/proc/sys/vm/no_such_knob does not exist on this host", host_facts=True),
     Case("sysctl-wrong-form", {"sysctl": {"vm.swappiness": 10, "net.core.somaxconn": "many"}},
-         "sysctl['net.core.somaxconn']", "the kernel's value is a whole number"),
+         "sysctl['net.core.somaxconn']", "the kernel's value is a whole number", host_facts=True),
     # the vLLM runtime hostkit installs (vllm_install)
     Case("package-not-vllm", {"vllm_install": True, "vllm_package": "torch"}, "vllm_package",
          "a vLLM distribution name"),
@@ -114,7 +119,12 @@ CASES = [
     Case("typo-swap_szie", {"swap_szie": "8G"}, "swap_szie", "did you mean swap_size?"),
     Case("typo-vllm_modle", {"vllm_modle": "Qwen/Qwen2.5-0.5B-Instruct"}, "vllm_modle", "did you mean vllm_model?"),
 ]
-PARALLEL_RUNS = 3
+# The runs refused from the data go one after another, each with CASES_PER_RUN hosts to
+# connect; beside them, two single-case runs at a time. That keeps the ssh handshakes that
+# a one-CPU lab host answers at once within sshd's MaxStartups (10): with 30 at once
+# under load, handshakes timed out ("Error reading SSH protocol banner").
+CASES_PER_RUN = 8
+PARALLEL_SINGLE_RUNS = 2
 
 # One ssh command: a digest line per piece of state a deploy may change.
 STATE_DIGEST = r"""
@@ -146,9 +156,26 @@ class Outcome:
     ended: float  # after the digest
 
 
+def runs_of(cases: list[Case]) -> list[list[Case]]:
+    """Cases refused from the data share runs; each case that needs the host's facts runs alone
+    (the first host whose plan fails stops the run)."""
+    by_data = [case for case in cases if not case.host_facts]
+    return ([by_data[i:i + CASES_PER_RUN] for i in range(0, len(by_data), CASES_PER_RUN)]
+            + [[case] for case in cases if case.host_facts])
+
+
+def message_for(output: str, host: str) -> str:
+    """What a refusal says of one host: its lines, up to the next host's."""
+    lines = output.splitlines()
+    starts = [i for i, line in enumerate(lines) if line.startswith(f"host {host}: ")]
+    if not starts:
+        return ""
+    end = next((i for i in range(starts[0] + 1, len(lines)) if lines[i].startswith("host ")), len(lines))
+    return "\n".join(lines[starts[0]:end])
+
+
 @dataclass
 class Campaign:
-    host_name: str
     before: str
     outcomes: dict[str, Outcome] = field(default_factory=dict)
 
@@ -161,23 +188,36 @@ class Campaign:
 
 @pytest.fixture(scope="module")
 def campaign(main_host, tmp_path_factory) -> Campaign:
-    """Every case run once against `main_host`, the digest taken before all and after each."""
-    from tests.e2e.conftest import MAIN_DEPLOY, REPO, lab_inventory
-    from hostkit.fleet.pyinfra_runner import run_pyinfra
+    """Every case run once against `main_host`, as an inventory host named by the case's id;
+    the digest taken before all runs and after each."""
+    from tests.e2e.conftest import MAIN_DEPLOY, REPO, lab_data
+    from hostkit.fleet.pyinfra_runner import run_pyinfra, write_inventory
 
     directory = tmp_path_factory.mktemp("bad-input")
     before = state_digest(main_host)
 
-    def run(case: Case) -> tuple[str, Outcome]:
-        inventory = lab_inventory(directory / f"{case.id}.py", main_host, case.data)
+    def entry(case: Case) -> tuple[str, dict]:
+        data = {**main_host.pyinfra_data(), **lab_data(), **case.data}
+        return case.id, {key: value for key, value in data.items() if value is not UNSET}
+
+    def run(cases: list[Case]) -> dict[str, Outcome]:
+        inventory = write_inventory(directory / f"{cases[0].id}.py", [entry(case) for case in cases])
         started = time.monotonic()
         run = run_pyinfra(inventory, MAIN_DEPLOY, cwd=REPO, timeout=600)
-        digest = state_digest(main_host)
-        return case.id, Outcome(run.returncode, run.output, digest, started, time.monotonic())
+        outcome = Outcome(run.returncode, run.output, state_digest(main_host), started, time.monotonic())
+        print(f"{len(cases)} case(s) in one run: {outcome.ended - started:.1f} s, digest included")
+        return {case.id: outcome for case in cases}
 
-    with concurrent.futures.ThreadPoolExecutor(PARALLEL_RUNS) as pool:
-        outcomes = dict(pool.map(run, CASES))
-    return Campaign(main_host.name, before, outcomes)
+    shared_runs = [cases for cases in runs_of(CASES) if len(cases) > 1]
+    single_runs = [cases for cases in runs_of(CASES) if len(cases) == 1]
+    outcomes: dict[str, Outcome] = {}
+    with concurrent.futures.ThreadPoolExecutor(PARALLEL_SINGLE_RUNS) as pool:
+        singles = pool.map(run, single_runs)
+        for cases in shared_runs:
+            outcomes.update(run(cases))
+        for ran in singles:
+            outcomes.update(ran)
+    return Campaign(before, outcomes)
 
 
 def test_the_lab_data_itself_is_valid():
@@ -195,15 +235,24 @@ def test_at_least_30_cases():
 @pytest.mark.parametrize("case", CASES, ids=[case.id for case in CASES])
 def test_bad_input_is_refused_naming_host_and_key(campaign, case):
     outcome = campaign.outcomes[case.id]
+    message = message_for(outcome.output, case.id)
     assert outcome.returncode != 0, outcome.output[-3000:]
-    assert f"host {campaign.host_name}: {case.key}" in outcome.output, outcome.output[-3000:]
-    assert case.says in outcome.output, outcome.output[-3000:]
+    assert message.startswith(f"host {case.id}: {case.key}"), outcome.output[-3000:]
+    assert case.says in message, outcome.output[-3000:]
     assert "nothing was changed on any host" in outcome.output
     assert "sk-e2e-should-not-show" not in outcome.output  # refusals mask secrets too
     assert outcome.digest_after == campaign.before, (
         f"the host changed by the end of {case.id} (running beside it: {campaign.beside(case.id) or 'none'}):\n"
         f"before:\n{campaign.before}\nafter:\n{outcome.digest_after}"
     )
+
+
+def test_a_run_of_several_bad_hosts_names_each_of_them(campaign):
+    """The whole inventory is validated before any host is touched: one refusal, every host in it."""
+    shared = [case for case in CASES if not case.host_facts][:CASES_PER_RUN]
+    output = campaign.outcomes[shared[0].id].output
+    assert len(shared) > 1 and all(campaign.outcomes[case.id].output == output for case in shared)
+    assert [case.id for case in shared if not message_for(output, case.id)] == []
 
 
 def test_the_host_is_unchanged_after_each_case(campaign):
