@@ -110,7 +110,7 @@ def summary(results: list[Result]) -> tuple[str, bool]:
     cases = matching(results, BAD_INPUT_CASE)
     refused = [r for r in cases if r.outcome == "passed"]
     digest = matching(results, f"{BAD_INPUT}::test_the_host_is_unchanged_after_each_case")
-    lines.append(f"Bad input: {len(cases)} inventories tried, each its own `pyinfra INVENTORY deploys/vllm_host.py`;"
+    lines.append(f"Bad input: {len(cases)} bad inventory hosts tried through `pyinfra INVENTORY deploys/vllm_host.py`;"
                  f" {len(refused)} refused with a non-zero exit naming the host and the key.")
     lines.append(f"  host state digest (fstab, sysctl.d, systemd units, /proc/swaps, THP) before == after each case:"
                  f" {'held' if digest and digest[0].outcome == 'passed' else verdict(digest)}")

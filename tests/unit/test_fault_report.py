@@ -37,7 +37,7 @@ def every_test_passing() -> list[str]:
 def test_all_passing_is_summarised_as_refused_survived_and_held(tmp_path):
     text, ok = fault_report.summary(fault_report.read_junit(junit(tmp_path, *every_test_passing())))
     assert ok
-    assert "Bad input: 31 inventories tried" in text and "31 refused with a non-zero exit" in text
+    assert "Bad input: 31 bad inventory hosts tried" in text and "31 refused with a non-zero exit" in text
     assert text.count("survived") == len(fault_report.FAULTS)
     assert "held   service runs as non root" in text
 
