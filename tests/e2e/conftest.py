@@ -53,11 +53,8 @@ def lab_inventory(path: Path, hosts, data: dict | None = None, per_host_data: di
 # single-CPU VMs under qemu TCG run side by side at full speed on a 2-core machine (measured:
 # 44 and 46 s for a workload that took one VM alone 46 s), where two 2-CPU VMs slow each
 # other down (57 and 58 s). Lane times (sums of test times) in the clean-clone run of
-# `bash .ci/run` on 2026-12-02 were lane-a 64.8 min, lane-b 76.3 min; since then kernel
-# tuning on Debian 13 (7.1 min) moved to lane-a, the cgroup v1 host runs only the vLLM
-# service tests that the cgroup version changes (about 7 min less in lane-b), bad input
-# shares runs (about 5 min less in lane-a), and Debian 13's main deploy (6.1 min) changed
-# lanes with Debian 11's (4.0 min).
+# `bash .ci/run` of 07368d4 on 2026-12-02: lane-a 65.7 min, lane-b 64.4 min (that run took
+# 70.5 min in all). Any new module must replace time: CI's budget is 75 min.
 LAB_CPUS = 1
 LANES = {
     "lane-a": ("test_main_deploy.py", "test_bad_input.py", "test_doctor_smoke.py", "test_security.py",
