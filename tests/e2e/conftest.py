@@ -40,12 +40,17 @@ def lab_data() -> dict:
 def lab_inventory(path: Path, hosts, data: dict | None = None, per_host_data: dict | None = None) -> Path:
     """A pyinfra inventory at `path` of lab hosts, each with its connection data, the lab data,
     `data` and its own entry in `per_host_data` (the later win); a value UNSET drops its key."""
-    entries = []
-    for lab_host in hosts if isinstance(hosts, (list, tuple)) else [hosts]:
-        host_data = {**lab_host.pyinfra_data(), **lab_data(), **(data or {}),
-                     **(per_host_data or {}).get(lab_host.name, {})}
-        entries.append((lab_host.name, {k: v for k, v in host_data.items() if v is not UNSET}))
-    return write_inventory(path, entries)
+    return write_inventory(path, [
+        lab_entry(lab_host.name, lab_host, {**(data or {}), **(per_host_data or {}).get(lab_host.name, {})})
+        for lab_host in (hosts if isinstance(hosts, (list, tuple)) else [hosts])
+    ])
+
+
+def lab_entry(name: str, lab_host: LabHost, data: dict) -> tuple[str, dict]:
+    """An inventory entry `name` that reaches `lab_host`: its connection data, the lab data and
+    `data` (the later win); a value UNSET drops its key."""
+    host_data = {**lab_host.pyinfra_data(), **lab_data(), **data}
+    return name, {key: value for key, value in host_data.items() if value is not UNSET}
 
 
 # `make test` runs the end-to-end modules on two pytest-xdist workers, each in its own lane

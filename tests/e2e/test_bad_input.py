@@ -3,7 +3,7 @@ host, and each run must exit non-zero, name each bad host and its key, and leave
 it was.
 
 Most cases are refused by the data alone, before any host's facts are read: those run as
-hosts of one inventory (ten to a run, each entry a case named by its id, all pointing at the
+hosts of one inventory (CASES_PER_RUN to a run, each entry a case named by its id, all pointing at the
 lab host), which also shows a fleet's every bad host named in one refusal. The cases that
 only the host's facts can refuse (its disks, its kernel) stop the run at the first, so each
 runs alone. Run alone, the module gets a fresh host, the strictest witness: any case hostkit
@@ -156,22 +156,22 @@ class Outcome:
     ended: float  # after the digest
 
 
-def runs_of(cases: list[Case]) -> list[list[Case]]:
-    """Cases refused from the data share runs; each case that needs the host's facts runs alone
-    (the first host whose plan fails stops the run)."""
+def runs_of(cases: list[Case]) -> tuple[list[list[Case]], list[list[Case]]]:
+    """(shared runs, runs alone): cases refused from the data share runs; each case that needs
+    the host's facts runs alone (the first host whose plan fails stops the run)."""
     by_data = [case for case in cases if not case.host_facts]
-    return ([by_data[i:i + CASES_PER_RUN] for i in range(0, len(by_data), CASES_PER_RUN)]
-            + [[case] for case in cases if case.host_facts])
+    return ([by_data[i:i + CASES_PER_RUN] for i in range(0, len(by_data), CASES_PER_RUN)],
+            [[case] for case in cases if case.host_facts])
 
 
 def message_for(output: str, host: str) -> str:
-    """What a refusal says of one host: its lines, up to the next host's."""
+    """What a refusal says of one host: its first line, up to the next host's."""
     lines = output.splitlines()
-    starts = [i for i, line in enumerate(lines) if line.startswith(f"host {host}: ")]
-    if not starts:
+    start = next((i for i, line in enumerate(lines) if line.startswith(f"host {host}: ")), None)
+    if start is None:
         return ""
-    end = next((i for i in range(starts[0] + 1, len(lines)) if lines[i].startswith("host ")), len(lines))
-    return "\n".join(lines[starts[0]:end])
+    end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("host ")), len(lines))
+    return "\n".join(lines[start:end])
 
 
 @dataclass
@@ -190,26 +190,21 @@ class Campaign:
 def campaign(main_host, tmp_path_factory) -> Campaign:
     """Every case run once against `main_host`, as an inventory host named by the case's id;
     the digest taken before all runs and after each."""
-    from tests.e2e.conftest import MAIN_DEPLOY, REPO, lab_data
+    from tests.e2e.conftest import MAIN_DEPLOY, REPO, lab_entry
     from hostkit.fleet.pyinfra_runner import run_pyinfra, write_inventory
 
     directory = tmp_path_factory.mktemp("bad-input")
     before = state_digest(main_host)
 
-    def entry(case: Case) -> tuple[str, dict]:
-        data = {**main_host.pyinfra_data(), **lab_data(), **case.data}
-        return case.id, {key: value for key, value in data.items() if value is not UNSET}
-
     def run(cases: list[Case]) -> dict[str, Outcome]:
-        inventory = write_inventory(directory / f"{cases[0].id}.py", [entry(case) for case in cases])
+        inventory = write_inventory(directory / f"{cases[0].id}.py", [lab_entry(case.id, main_host, case.data) for case in cases])
         started = time.monotonic()
         run = run_pyinfra(inventory, MAIN_DEPLOY, cwd=REPO, timeout=600)
         outcome = Outcome(run.returncode, run.output, state_digest(main_host), started, time.monotonic())
         print(f"{len(cases)} case(s) in one run: {outcome.ended - started:.1f} s, digest included")
         return {case.id: outcome for case in cases}
 
-    shared_runs = [cases for cases in runs_of(CASES) if len(cases) > 1]
-    single_runs = [cases for cases in runs_of(CASES) if len(cases) == 1]
+    shared_runs, single_runs = runs_of(CASES)
     outcomes: dict[str, Outcome] = {}
     with concurrent.futures.ThreadPoolExecutor(PARALLEL_SINGLE_RUNS) as pool:
         singles = pool.map(run, single_runs)
@@ -249,7 +244,7 @@ def test_bad_input_is_refused_naming_host_and_key(campaign, case):
 
 def test_a_run_of_several_bad_hosts_names_each_of_them(campaign):
     """The whole inventory is validated before any host is touched: one refusal, every host in it."""
-    shared = [case for case in CASES if not case.host_facts][:CASES_PER_RUN]
+    shared = runs_of(CASES)[0][0]
     output = campaign.outcomes[shared[0].id].output
     assert len(shared) > 1 and all(campaign.outcomes[case.id].output == output for case in shared)
     assert [case.id for case in shared if not message_for(output, case.id)] == []
