@@ -8,7 +8,7 @@ import sys
 import click
 
 from hostkit_lab import Lab
-from hostkit_lab.image import SUITES
+from hostkit_lab.image import SUITES, base_image
 
 
 @click.group()
@@ -26,6 +26,14 @@ def up(count: int, os_name: str, cgroup: str, cpus: int) -> None:
     hosts = Lab().up(count, os_name=os_name, cgroup=cgroup, cpus=cpus)
     for lab_host in hosts:
         click.echo(f"{lab_host.name}\tssh -p {lab_host.port} root@127.0.0.1 ({lab_host.os}, cgroup {lab_host.cgroup})")
+
+
+@lab.command()
+@click.argument("os_names", nargs=-1, type=click.Choice(sorted(SUITES)))
+def images(os_names: tuple[str, ...]) -> None:
+    """Build the cached base images of OS_NAMES (every release when none is named)."""
+    for os_name in os_names or sorted(SUITES):
+        click.echo(f"{os_name}\t{base_image(os_name).root_disk}")
 
 
 @lab.command()

@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from hostkit_lab.apt import apt_get
 from hostkit_lab.progress import say
 
 SUITES = {"debian11": "bullseye", "debian12": "bookworm", "debian13": "trixie"}
@@ -78,10 +79,8 @@ def ensure_prerequisites() -> None:
     if os.geteuid() != 0:
         raise SystemExit(f"the lab needs these packages: {' '.join(missing)} (run as root to install them)")
     say(f"installing lab prerequisites with apt: {' '.join(missing)}")
-    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    subprocess.run(["apt-get", "update", "-qq"], check=True, env=env)
-    subprocess.run(["apt-get", "install", "-y", "-qq", "--no-install-recommends", *missing], check=True, env=env,
-                   stdout=subprocess.DEVNULL)
+    apt_get("update", "-qq")
+    apt_get("install", "-y", "-qq", "--no-install-recommends", *missing)
 
 
 def ssh_key() -> Path:

@@ -20,10 +20,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from hostkit_lab.apt import apt_get
 from tests.net import free_port
 
 PACKAGE = "prometheus"
-APT_TIMEOUT_S = 600
+UNPACK_TIMEOUT_S = 120
 
 
 def cache_dir() -> Path:
@@ -31,11 +32,9 @@ def cache_dir() -> Path:
 
 
 def _download(directory: Path) -> Path:
-    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    fetch = ["apt-get", "download", "-q", PACKAGE]
-    if subprocess.run(fetch, cwd=directory, env=env, capture_output=True, timeout=APT_TIMEOUT_S).returncode != 0:
-        subprocess.run(["apt-get", "update", "-qq"], env=env, check=True, timeout=APT_TIMEOUT_S)
-        subprocess.run(fetch, cwd=directory, env=env, check=True, capture_output=True, timeout=APT_TIMEOUT_S)
+    if apt_get("download", "-q", PACKAGE, cwd=directory, check=False).returncode != 0:
+        apt_get("update", "-qq")
+        apt_get("download", "-q", PACKAGE, cwd=directory)
     (deb,) = directory.glob(f"{PACKAGE}_*.deb")
     return deb
 
@@ -52,7 +51,7 @@ def prometheus_bin(name: str) -> str:
         with tempfile.TemporaryDirectory(dir=cache_dir()) as work:
             deb = _download(Path(work))
             staging = Path(work) / "root"
-            subprocess.run(["dpkg-deb", "-x", str(deb), str(staging)], check=True, timeout=APT_TIMEOUT_S)
+            subprocess.run(["dpkg-deb", "-x", str(deb), str(staging)], check=True, timeout=UNPACK_TIMEOUT_S)
             shutil.rmtree(unpacked, ignore_errors=True)
             staging.rename(unpacked)
     return str(binary)

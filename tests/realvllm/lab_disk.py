@@ -20,6 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from hostkit_lab.apt import apt_get
 from hostkit_lab.real_vllm import DISK_MOUNT, MODEL_DIR
 from tests.realvllm import tiny_model, wheelhouse
 
@@ -46,7 +47,7 @@ def _debs(cache: Path) -> list[Path]:
     cache.mkdir(parents=True, exist_ok=True)
     for name in DEBS:
         if not list(cache.glob(f"{name}_*.deb")):
-            subprocess.run(["apt-get", "download", name], cwd=cache, check=True, timeout=300, capture_output=True)
+            apt_get("download", name, cwd=cache)
     return sorted(cache.glob("*.deb"))
 
 
