@@ -1,7 +1,7 @@
 """Swap on NVMe: make a filesystem on a blank NVMe device, and keep one swap file as planned.
 
 `prepare_nvme(plan=NvmePlan)` formats a blank device, mounts it and persists the mount
-by UUID in fstab with `nofail,x-systemd.device-timeout=30s`, so that a blank or missing
+by UUID in fstab with `nofail,x-systemd.device-timeout=90s`, so that a blank or missing
 disk at boot (instance-store NVMe after a stop/start) neither stalls nor fails the boot.
 A device that carries any signature is never formatted: the check runs again on the
 host in the same shell script as mkfs.
@@ -59,8 +59,10 @@ _SAFE_PATH = re.compile(r"^/[A-Za-z0-9._+:@/-]*$")
 # nofail alone still holds the boot for the default 90 s device timeout: swap.target waits
 # for the swap file's unit, which needs the mount (measured: 104 s from power-off to ssh
 # with a blank lab NVMe). 5 s was too short on a lab host: udev announced the disk after
-# the timeout at an ordinary reboot, and the host came up without its swap.
-NVME_MOUNT_OPTIONS = "defaults,nofail,x-systemd.device-timeout=30s"
+# the timeout at an ordinary reboot, and the host came up without its swap. 30 s was too
+# short twice in CI on a loaded machine (udev announced the disk past it, 2026-12-02 and
+# -03): a host booting without its swap is worse than a blank disk's boot waiting 90 s.
+NVME_MOUNT_OPTIONS = "defaults,nofail,x-systemd.device-timeout=90s"
 # The filesystems hostkit/remote/nvme_format.sh makes.
 MKFS_FSTYPES = ("ext4", "xfs")
 # Shell functions every script starts with (hostkit/remote/swap_lib.sh), after the free-space

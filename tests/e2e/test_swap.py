@@ -59,7 +59,7 @@ def assert_nvme_mounted(lab_host) -> str:
         "systemctl status --no-pager mnt-nvme.mount; journalctl -b --no-pager -o short-monotonic"
         " | grep -iE 'nvme|timed out|dependency' | tail -n 40").stdout
     assert fstab_entries(lab_host, 1, "/mnt/nvme") == [
-        [f"UUID={uuid}", "/mnt/nvme", "ext4", "defaults,nofail,x-systemd.device-timeout=30s", "0", "2"]]
+        [f"UUID={uuid}", "/mnt/nvme", "ext4", "defaults,nofail,x-systemd.device-timeout=90s", "0", "2"]]
     return uuid
 
 

@@ -62,14 +62,18 @@ def report(**figures) -> None:
 
 @pytest.fixture
 def fresh_start(host, run_deploy):
-    def converge(env: dict | None = None):
+    """Converges the host to the test's data with the watchdog's state cleared; returns the
+    host's time from which the watchdog's journal is this test's. Taken before the deploy: on
+    a loaded machine a fault can begin, and the watchdog act on it, before the deploy ends."""
+    def converge(env: dict | None = None) -> str:
         sh(host, f"systemctl stop {WATCHDOG_UNIT} 2>/dev/null; rm -f {STATE}; systemctl reset-failed vllm.service"
                  " 2>/dev/null; true")
+        since = host_now(host)
         run = run_deploy(host, {**BASE, "vllm_env": {**BASE_ENV, **(env or {})}})
         assert run.ok, run.output[-4000:]
         assert show(host, WATCHDOG_UNIT)["ActiveState"] == "active"
         assert env or serving(host, "lab-model")  # a fault may already have begun
-        return run
+        return since
 
     return converge
 
@@ -108,8 +112,7 @@ def test_engine_death_exit_0_is_restarted_by_systemd_and_leaves_no_process(host,
 
 
 def test_health_500_is_restarted_by_the_watchdog_then_capped(host, fresh_start):
-    fresh_start({"VLLM_STANDIN_FAULT": "health-500", "VLLM_STANDIN_FAULT_AFTER_S": "10"})
-    since = host_now(host)
+    since = fresh_start({"VLLM_STANDIN_FAULT": "health-500", "VLLM_STANDIN_FAULT_AFTER_S": "10"})
     first = show(host)
     old = unit_pids(host)
     started = time.monotonic()
@@ -137,8 +140,7 @@ def test_health_500_is_restarted_by_the_watchdog_then_capped(host, fresh_start):
 
 
 def test_hung_completions_are_restarted_by_the_watchdog(host, fresh_start):
-    fresh_start({"VLLM_STANDIN_FAULT": "hang-completions"})
-    since = host_now(host)
+    since = fresh_start({"VLLM_STANDIN_FAULT": "hang-completions"})
     started = time.monotonic()
     assert wait_for(lambda: watchdog_state(host).get("restarts_total", 0) >= 1, 120), \
         watchdog_journal(host, since)

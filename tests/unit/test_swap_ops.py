@@ -326,7 +326,7 @@ def test_blank_nvme_is_checked_again_then_formatted_mounted_and_persisted_by_uui
     positions(
         steps,
         "hk_dev=/dev/nvme0n1\nhk_mount=/mnt/nvme\nhk_fstype=ext4\n"
-        "hk_mount_options=defaults,nofail,x-systemd.device-timeout=30s\n",
+        "hk_mount_options=defaults,nofail,x-systemd.device-timeout=90s\n",
         "wipefs --no-act --noheadings --output TYPE",
         "blkid -p -o value -s TYPE -s PTTYPE",
         '[ -z "$hk_found" ] || hk_fail "refusing to format $hk_dev: it is not blank',
@@ -349,7 +349,7 @@ def test_mounted_nvme_gets_a_boot_safe_fstab_entry(options):
         fstab += (fstab_entry(f"UUID={UUID}", "/mnt/nvme", "ext4", options, 2),)
     steps = only_script(swap.prepare_nvme, changed(storage, fstab=fstab), NVME)
     assert steps == (f"hk_fstab_put mount /mnt/nvme 'UUID={UUID} /mnt/nvme ext4 "
-                     "defaults,nofail,x-systemd.device-timeout=30s 0 2'\nhk_reload_if_fstab_changed\n")
+                     "defaults,nofail,x-systemd.device-timeout=90s 0 2'\nhk_reload_if_fstab_changed\n")
 
 
 @pytest.mark.parametrize("signatures,named", [
@@ -694,7 +694,7 @@ def test_nvme_script_formats_a_blank_device_and_mounts_it_by_uuid(shell, loop_de
     assert result.returncode == 0, result.stderr
     uuid = subprocess.run(["blkid", "-p", "-o", "value", "-s", "UUID", loop_device],
                           capture_output=True, text=True).stdout.strip()
-    assert uuid and f"UUID={uuid} {mount} ext4 defaults,nofail,x-systemd.device-timeout=30s 0 2\n" in shell.fstab()
+    assert uuid and f"UUID={uuid} {mount} ext4 defaults,nofail,x-systemd.device-timeout=90s 0 2\n" in shell.fstab()
     assert f"mount --fstab {shell.root / 'fstab'} {mount}" in shell.log()
 
 
