@@ -3,7 +3,8 @@ wheelhouse with no index, served under hostkit's unit (issues 18, 19, 23, 24).
 
 One host, one install and two starts of real vLLM (each takes minutes under qemu TCG). In
 order: the full deploy installs and serves (401 without the key, a real completion with it);
-a rerun changes nothing; Prometheus scrapes vLLM's own /metrics; a killed `VLLM::Worker`
+a rerun changes nothing; Prometheus scrapes vLLM's own /metrics; `hostkit verify` and
+`hostkit doctor` read the installed release and the processes; a killed `VLLM::Worker`
 (what the OOM killer picks: the unit's largest process) makes the API server exit 0, the unit
 starts again by itself within a minute with no process of the old instance left, and serves
 again; `systemctl stop` then leaves nothing running and the port free, and it stays stopped
@@ -22,7 +23,8 @@ from pathlib import Path
 import pytest
 
 from hostkit_lab import Lab, real_vllm
-from tests.e2e.test_doctor_smoke import forwarded
+from tests.e2e.conftest import lab_inventory
+from tests.e2e.test_doctor_smoke import forwarded, hostkit
 from tests.e2e.test_monitoring import api, prometheus
 from tests.e2e.vllm_unit import CGROUP_PROCS, alive, serving, sh, show, unit_pids
 from tests.realvllm.lab_disk import PREPARE_HOST, lab_disk
@@ -141,6 +143,28 @@ def test_prometheus_scrapes_real_vllms_metrics_named_in_the_shipped_snippet(real
         # The snippet's query for fleets of mixed releases.
         (kv,) = api(base, "query", query="vllm:kv_cache_usage_perc or vllm:gpu_cache_usage_perc")["result"]
         assert kv["metric"]["model_name"] == SERVED and 0 <= float(kv["value"][1]) <= 1
+
+
+def test_verify_and_doctor_read_the_installed_release_and_real_vllms_processes(real_host, deployed, tmp_path):
+    assert deployed.ok
+    inventory = lab_inventory(tmp_path / "real.py", real_host, DATA)
+    verified = hostkit("verify", str(inventory), "--format", "json", timeout=900)
+    (host,) = json.loads(verified.stdout)["hosts"]
+    checks = {check["name"]: check for check in host["checks"]}
+    assert verified.returncode == 0, [check for check in host["checks"] if not check["ok"]]
+    assert checks["release"]["ok"] and "0.32.0" in checks["release"]["actual"], checks["release"]
+    assert checks["release in service"]["ok"], checks["release in service"]
+
+    doctor = hostkit("doctor", str(inventory), "--format", "json", timeout=900)
+    (host,) = json.loads(doctor.stdout)["hosts"]
+    severities = {finding["code"]: finding["severity"] for finding in host["findings"]}
+    print(f"doctor's findings on real vLLM: {severities}")
+    assert doctor.returncode == 0 and "critical" not in severities.values(), host["findings"]
+    assert host["vllm_settings"]["version"].startswith("0.32.0"), host["vllm_settings"]
+    assert host["vllm_settings"]["version_source"] == "installed"
+    assert host["inputs"]["unit"]["active_state"] == "active"
+    # The whole tree's memory: the API server, VLLM::EngineCore and VLLM::Worker.
+    assert host["inputs"]["vllm"]["tree_rss_bytes"] > 1_000_000_000, host["inputs"]["vllm"]
 
 
 def test_a_killed_worker_is_restarted_by_itself_with_no_old_process(real_host, deployed):
