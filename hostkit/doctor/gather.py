@@ -41,6 +41,7 @@ from hostkit.doctor.inputs import (
     UnitMemory,
     VllmProcessTree,
 )
+from hostkit.doctor.vllm_args import server_words
 from hostkit.facts.kernel_log import oom_lines_command, parse_kernel_log
 from hostkit.facts.parts import parse_int, split_on_marker
 from hostkit.facts.platform import PlatformFact
@@ -245,14 +246,7 @@ def parse_keepalive(death_lines: list[str], watchdog_lines: list[str]) -> KeepAl
 
 
 def is_vllm_server(argv: Iterable[str]) -> bool:
-    """`vllm serve ...` (any path to the vllm script, any interpreter before it) or the api_server module."""
-    words = list(argv)
-    for index, word in enumerate(words):
-        if word == "vllm.entrypoints.openai.api_server":
-            return True
-        if word.rsplit("/", 1)[-1] == "vllm" and index + 1 < len(words) and words[index + 1] == "serve":
-            return True
-    return False
+    return server_words(argv) is not None
 
 
 def _ps_rows(lines: Iterable[str]) -> list[tuple[int, int, int, str]]:

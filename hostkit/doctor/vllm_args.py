@@ -9,12 +9,17 @@ release lacks is found: vLLM exits at once on one, and the unit crash-loops.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from hostkit.vllm.flags import DOCUMENTED_REMOVALS, FlagError, FlagSet, flags_for
+from hostkit.vllm.runtime import INSTALLED_ENTRY_POINT
 
 API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
+# vLLM's own script, and the one hostkit's install puts in each release's venv (a lab host
+# running real vLLM showed doctor reading nothing from `.../bin/hostkit-vllm serve ...`).
+SERVE_SCRIPTS = ("vllm", INSTALLED_ENTRY_POINT)
 _NUMBER = re.compile(r"^-?\d+(\.\d+)?$")
 _HUMAN_INT = re.compile(r"^(?P<number>\d+(?:\.\d+)?)(?P<unit>[kKmMgGtT]?)$")
 _DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
@@ -34,19 +39,20 @@ def _is_option(word: str) -> bool:
     return word.startswith("-") and not _NUMBER.match(word)
 
 
-def _server_words(argv: tuple[str, ...] | list[str]) -> list[str] | None:
-    """The words after `vllm serve` or `-m vllm.entrypoints.openai.api_server`; None if neither."""
+def server_words(argv: Iterable[str]) -> list[str] | None:
+    """The words after `vllm serve` (either of SERVE_SCRIPTS, any path, any interpreter before
+    it) or `-m vllm.entrypoints.openai.api_server`; None if the command line is neither."""
     words = list(argv)
     for index, word in enumerate(words):
         if word == API_SERVER_MODULE:
             return words[index + 1:]
-        if word.rsplit("/", 1)[-1] == "vllm" and index + 1 < len(words) and words[index + 1] == "serve":
+        if word.rsplit("/", 1)[-1] in SERVE_SCRIPTS and index + 1 < len(words) and words[index + 1] == "serve":
             return words[index + 2:]
     return None
 
 
 def parse_server_args(argv: tuple[str, ...] | list[str], flag_set: FlagSet | None) -> ServerArgs | None:
-    words = _server_words(argv)
+    words = server_words(argv)
     if words is None:
         return None
     model = None
