@@ -68,8 +68,8 @@ e2e-releases: install
 	  -m other_release --durations=10
 
 # Real vLLM (the CPU build) installed by the deploy on a lab host and served there: one
-# install (1171 to 1220 s alone), the new release's parse check (263 s) and two starts (909 s
-# to ready, 2026-12-02): about an hour on this 2-core machine.
+# install (1305 s), the new release's parse check and two starts (542 and 394 s to ready):
+# 43 min 29 s alone on this 2-core machine (2026-12-03), against CI's 90 for everything.
 e2e-real: install
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(PY) -m pytest tests/e2e/test_real_vllm.py -p no:xdist -v -s
 
