@@ -2,7 +2,8 @@
 
 `prepare_nvme(plan=NvmePlan)` formats a blank device, mounts it and persists the mount
 by UUID in fstab with `nofail,x-systemd.device-timeout=90s`, so that a blank or missing
-disk at boot (instance-store NVMe after a stop/start) neither stalls nor fails the boot.
+disk at boot (instance-store NVMe after a stop/start) does not fail the boot: the boot waits
+up to 90 s for it, then goes on without the mount and its swap.
 A device that carries any signature is never formatted: the check runs again on the
 host in the same shell script as mkfs.
 
@@ -61,7 +62,8 @@ _SAFE_PATH = re.compile(r"^/[A-Za-z0-9._+:@/-]*$")
 # with a blank lab NVMe). 5 s was too short on a lab host: udev announced the disk after
 # the timeout at an ordinary reboot, and the host came up without its swap. 30 s was too
 # short twice in CI on a loaded machine (udev announced the disk past it, 2026-12-02 and
-# -03): a host booting without its swap is worse than a blank disk's boot waiting 90 s.
+# -03): a host booting without its swap is worse than a blank disk's boot waiting 90 s, so
+# the timeout is systemd's default again, written out so that it is not left to chance.
 NVME_MOUNT_OPTIONS = "defaults,nofail,x-systemd.device-timeout=90s"
 # The filesystems hostkit/remote/nvme_format.sh makes.
 MKFS_FSTYPES = ("ext4", "xfs")
