@@ -40,6 +40,9 @@ from hostkit.remote import host_file
 from hostkit.facts.deadline import DEADLINE_FUNCTION, NVIDIA_SMI_S, TIMED_OUT, timed_out_lines
 from hostkit.facts.kernel_log import XID_LINES, XidEvent, kernel_log_script, parse_kernel_log
 from hostkit.facts.parts import parse_int, split_on_marker
+# The collector runs on the host with the standard library alone, so the one reader of
+# cgroup membership lives there.
+from hostkit.monitoring.collector import in_cgroup
 
 # Fixed order: the parser maps columns by position. Every name appears in the header of
 # real `nvidia-smi --query-gpu` output from an H200 (tests check this against a fixture).
@@ -110,13 +113,8 @@ class GpuProcess:
     cgroups: tuple[str, ...] = ()  # the lines of /proc/PID/cgroup, "ID:CONTROLLERS:PATH"
 
     def in_cgroup(self, path: str) -> bool:
-        """Whether systemd's hierarchy puts the process in `path` or below it: the unified
-        line `0::PATH` (cgroup v2 and hybrid) or v1's `N:name=systemd:PATH`."""
-        for line in self.cgroups:
-            _, controllers, where = line.split(":", 2) if line.count(":") >= 2 else ("", "-", "")
-            if controllers in ("", "name=systemd") and (where == path or where.startswith(path.rstrip("/") + "/")):
-                return True
-        return False
+        """Whether the process is in the cgroup `path` or below it (hostkit's one reader)."""
+        return in_cgroup(self.cgroups, path)
 
 
 @dataclass(frozen=True)
@@ -137,6 +135,12 @@ class GpuFacts:
     processes: tuple[GpuProcess, ...] = ()
     processes_error: str | None = None  # the compute-process query failed: who holds memory is unknown
     timeouts: tuple[str, ...] = ()  # "WHAT timed out after N s", one per command that hit its deadline
+
+    def holders(self, gpu: GpuDevice, unit_cgroup: str) -> tuple[tuple[GpuProcess, ...], tuple[GpuProcess, ...]]:
+        """The processes holding memory on `gpu`: (the vLLM unit's, everyone else's), by each
+        one's cgroup. A pid /proc does not show has no cgroup, so it is someone else's."""
+        held = [p for p in self.processes if p.gpu_uuid == gpu.uuid]
+        return tuple(p for p in held if p.in_cgroup(unit_cgroup)), tuple(p for p in held if not p.in_cgroup(unit_cgroup))
 
     @property
     def gpu_count(self) -> int:

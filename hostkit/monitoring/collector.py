@@ -28,6 +28,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterable
 
 MIB = 1024 * 1024
 UNLIMITED_FLOOR = 2**60  # cgroup v1 prints "no limit" as about 2**63
@@ -140,19 +141,26 @@ def parse_compute_apps(text: str) -> list[tuple[str, int, int]]:
     return apps
 
 
-def in_cgroup(proc_cgroup: str, unit_cgroup: str) -> bool:
-    """Whether a /proc/PID/cgroup text puts the process in `unit_cgroup` or below it
-    (v2 `0::/path`; v1 one line per hierarchy, the memory or name=systemd one counts)."""
+def unit_cgroup_path(unit: str) -> str:
+    """Where systemd puts a system service's processes: the unit's cgroup as planned, for a
+    host without systemd to ask (hostkit's units set no Slice=)."""
+    return f"/system.slice/{unit}"
+
+
+def in_cgroup(proc_cgroup: Iterable[str], unit_cgroup: str) -> bool:
+    """Whether the lines of a /proc/PID/cgroup put the process in `unit_cgroup` or below it.
+
+    hostkit's one reader of GPU attribution: plan, verify and doctor import it, and the
+    collector, which runs on the host with the standard library alone, carries it. systemd's
+    hierarchy says which unit a process is in: the unified line `0::PATH` (cgroup v2 and
+    hybrid) or v1's `N:name=systemd:PATH`; a v1 controller's path alone does not."""
     if not unit_cgroup:
         return False
-    for line in proc_cgroup.splitlines():
-        parts = line.split(":", 2)
-        if len(parts) != 3:
-            continue
-        controllers, path = parts[1], parts[2]
-        if controllers not in ("", "memory", "name=systemd") and "memory" not in controllers.split(","):
-            continue
-        if path == unit_cgroup or path.startswith(unit_cgroup.rstrip("/") + "/"):
+    below = unit_cgroup.rstrip("/") + "/"
+    for line in proc_cgroup:
+        parts = line.strip().split(":", 2)
+        systemd_line = len(parts) == 3 and parts[1] in ("", "name=systemd")
+        if systemd_line and (parts[2] == unit_cgroup or parts[2].startswith(below)):
             return True
     return False
 
@@ -378,7 +386,7 @@ def gpu_samples(timeout_s: float, unit_cgroup: str):
     if query is None or apps is None:
         return [("hostkit_gpu_query_success", {}, 0)]
     rows = gpu_memory(parse_gpu_query(query), parse_compute_apps(apps),
-                      lambda pid: in_cgroup(read(f"/proc/{pid}/cgroup") or "", unit_cgroup))
+                      lambda pid: in_cgroup((read(f"/proc/{pid}/cgroup") or "").splitlines(), unit_cgroup))
     samples = [("hostkit_gpu_query_success", {}, 1)]
     for index, used, total, others in rows:
         samples += [("hostkit_gpu_memory_used_bytes", {"gpu": index}, used),
@@ -404,7 +412,9 @@ def collect(args) -> str:
         samples.append(("hostkit_vllm_watchdog_restarts_total", {}, watchdog))
 
     events_oom = None
-    unit_cgroup = control_group or state.get("unit_cgroup", "")
+    # Without systemd (or its answer) the unit's cgroup is the last one systemd named, else
+    # where the unit is planned: a process in it is vLLM's, with or without systemd.
+    unit_cgroup = control_group or state.get("unit_cgroup") or unit_cgroup_path(args.unit)
     if control_group:
         state["unit_cgroup"] = control_group
         directory, version = cgroup_dirs(control_group)

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 from hostkit.facts.gpu import GpuDevice, GpuFacts
 from hostkit.facts.snapshot import HostSnapshot, snapshot
+from hostkit.monitoring.collector import unit_cgroup_path
 from hostkit.plan.planning_facts import (
     FilesystemFact,
     GpuMemoryFact,
@@ -18,20 +19,19 @@ from hostkit.plan.planning_facts import (
 from hostkit.plan.plans import VLLM_UNIT
 
 # Where systemd puts the unit's processes; hostkit's unit is a system service.
-VLLM_UNIT_CGROUP = f"/system.slice/{VLLM_UNIT}"
+VLLM_UNIT_CGROUP = unit_cgroup_path(VLLM_UNIT)
 
 
 def gpu_fact(gpu: GpuDevice, facts: GpuFacts, unit_cgroup: str = VLLM_UNIT_CGROUP) -> GpuMemoryFact:
     """One GPU's memory, split into the vLLM unit's and everyone else's by each holder's cgroup."""
-    held = [p for p in facts.processes if p.gpu_uuid == gpu.uuid]
-    own = [p for p in held if p.in_cgroup(unit_cgroup)]
+    own, others = facts.holders(gpu, unit_cgroup)
     return GpuMemoryFact(
         index=gpu.index,
         name=gpu.name,
         memory_total_mib=gpu.memory_total_mib or 0,
         memory_used_mib=gpu.memory_used_mib or 0,
         memory_vllm_mib=0 if facts.processes_error else sum(p.used_mib or 0 for p in own),
-        other_processes=[GpuProcessFact(pid=p.pid, name=p.name, used_mib=p.used_mib) for p in held if p not in own],
+        other_processes=[GpuProcessFact(pid=p.pid, name=p.name, used_mib=p.used_mib) for p in others],
         processes_unknown=facts.processes_error,
     )
 

@@ -109,7 +109,7 @@ def test_active_but_not_healthy_is_down():
 
 @pytest.mark.parametrize("path, inside", [(V2 / "proc-self-cgroup", True), (V1 / "proc-self-cgroup", True)])
 def test_process_cgroup_membership_v1_and_v2(path, inside):
-    text = path.read_text()
+    text = path.read_text().splitlines()
     assert collector.in_cgroup(text, "/system.slice/ssh.service") is inside
     assert collector.in_cgroup(text, "/system.slice/vllm.service") is False
     assert collector.in_cgroup(text, "/system.slice/ssh") is False  # a prefix is not a parent
@@ -117,7 +117,7 @@ def test_process_cgroup_membership_v1_and_v2(path, inside):
 
 
 def test_child_cgroups_count_as_the_unit():
-    assert collector.in_cgroup("0::/system.slice/vllm.service/worker\n", "/system.slice/vllm.service")
+    assert collector.in_cgroup(["0::/system.slice/vllm.service/worker"], "/system.slice/vllm.service")
 
 
 def test_h200_gpu_memory_with_a_process_outside_vllm():
@@ -261,7 +261,8 @@ def test_reading_a_kmsg_device_never_blocks(tmp_path):
 def test_h200_gpu_memory_split_between_the_vllm_cgroup_and_others():
     """Recorded on an H200: pid 574 in /system.slice/vllm.service held 8 GiB, pid 575 outside 3 GiB."""
     recorded = MON / "h200-vllm-cgroup"
-    cgroups = {574: (recorded / "proc-inside-cgroup").read_text(), 575: (recorded / "proc-outside-cgroup").read_text()}
+    cgroups = {574: (recorded / "proc-inside-cgroup").read_text().splitlines(),
+               575: (recorded / "proc-outside-cgroup").read_text().splitlines()}
     gpus = collector.parse_gpu_query((recorded / "query-gpu.csv").read_text())
     apps = collector.parse_compute_apps((recorded / "query-compute-apps.csv").read_text())
     assert [pid for _, pid, _ in apps] == [574, 575]
@@ -291,3 +292,18 @@ def test_health_probe_over_a_plain_socket():
         server.shutdown()
     assert not collector.health_ok(f"http://127.0.0.1:{port}/health", 1)  # refused
     assert not collector.health_ok("", 1) and not collector.health_ok("http://127.0.0.1:notaport/health", 1)
+
+
+def test_without_systemd_the_collector_attributes_gpu_memory_by_the_planned_unit_cgroup(tmp_path, monkeypatch):
+    """No ControlGroup from systemctl (the H200 host has no systemd): a process in
+    /system.slice/vllm.service is still vLLM's, as plan, verify and doctor count it."""
+    seen = []
+    monkeypatch.setattr(collector, "run_bounded", lambda argv, timeout_s: None)
+    monkeypatch.setattr(collector, "read_kmsg", lambda: [])
+    monkeypatch.setattr(collector, "gpu_samples", lambda timeout_s, unit_cgroup: seen.append(unit_cgroup) or [])
+    collector.collect(collector.argparse.Namespace(
+        state_dir=str(tmp_path), unit="vllm.service", health_url="", command_timeout=1, nvidia_smi_timeout=1,
+        watchdog_file=str(tmp_path / "none.json"), interval=15))
+    assert seen == ["/system.slice/vllm.service"]
+    inside = (MON / "h200-vllm-cgroup" / "proc-inside-cgroup").read_text().splitlines()
+    assert collector.in_cgroup(inside, seen[0])
