@@ -6,20 +6,24 @@ from dataclasses import replace
 
 import click
 
+from hostkit.cli.exit_codes import CONTRACT
+from hostkit.facts.deadline import NVIDIA_SMI_ENV, NVIDIA_SMI_S
 from hostkit.plan.plans import VLLM_UNIT
 
 
-@click.command()
+@click.command(epilog=CONTRACT, help=f"""Find memory risks on vLLM hosts: swap, OOM kills, the unit's limit, GPU
+sharing, vLLM flags.
+
+INVENTORY may name `@local` (this host, through pyinfra's local connector). Every command on a
+host has a deadline; nvidia-smi's is {NVIDIA_SMI_S} s (environment: {NVIDIA_SMI_ENV}). A host
+fails on a critical finding.
+""")
 @click.argument("inventory", required=False)
 @click.option("--local", is_flag=True, help="Diagnose this host (psutil and local probes), not an inventory.")
 @click.option("--limit", multiple=True, metavar="HOST", help="Only these inventory hosts or groups (like pyinfra --limit).")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 @click.option("--unit", default=VLLM_UNIT, show_default=True, help="The vLLM systemd unit.")
 def doctor(inventory: str | None, local: bool, limit: tuple[str, ...], fmt: str, unit: str) -> None:
-    """Find memory risks on vLLM hosts: swap, OOM kills, the unit's limit, GPU sharing, vLLM flags.
-
-    Exits 1 when any host has a critical finding, 3 when a host could not be read.
-    """
     from hostkit.doctor.report import exit_code, render_json, render_text
 
     if local == bool(inventory):
@@ -27,10 +31,16 @@ def doctor(inventory: str | None, local: bool, limit: tuple[str, ...], fmt: str,
     if local and limit:
         raise click.UsageError("--limit applies to an INVENTORY, not to --local")
     if local:
-        from hostkit.doctor.gather import gather_local
+        import socket
+
+        from hostkit.doctor.gather import GatherError, gather_local
         from hostkit.doctor.rules import diagnose
 
-        diagnoses, unreachable = [diagnose(gather_local(unit))], []
+        try:
+            diagnoses, unreachable = [diagnose(gather_local(unit))], []
+        except GatherError as error:
+            click.echo(f"hostkit doctor: {error}", err=True)
+            diagnoses, unreachable = [], [socket.gethostname()]
     else:
         diagnoses, unreachable = _diagnose_inventory(inventory, list(limit), unit)
     click.echo(render_json(diagnoses, unreachable) if fmt == "json" else render_text(diagnoses, unreachable))
@@ -40,7 +50,7 @@ def doctor(inventory: str | None, local: bool, limit: tuple[str, ...], fmt: str,
 def _diagnose_inventory(inventory: str, limit: list[str], unit: str):
     from pyinfra.api.exceptions import PyinfraError
 
-    from hostkit.doctor.gather import DEFAULT_METRICS_FILE, gather_host
+    from hostkit.doctor.gather import DEFAULT_METRICS_FILE, GatherError, gather_host
     from hostkit.doctor.rules import Finding, Severity, diagnose
     from hostkit.fleet.connect import connected_hosts
     from hostkit.monitoring import textfile_path
@@ -64,7 +74,12 @@ def _diagnose_inventory(inventory: str, limit: list[str], unit: str):
             for host in hosts:
                 profile = profiles.get(host.name)
                 metrics = textfile_path(profile.monitoring_textfile_dir) if profile else DEFAULT_METRICS_FILE
-                diagnosis = diagnose(gather_host(host, unit, profile.vllm_command if profile else None, metrics), profile)
+                try:
+                    inputs = gather_host(host, unit, profile.vllm_command if profile else None, metrics)
+                except GatherError as error:
+                    click.echo(f"hostkit doctor: {host.name}: {error}", err=True)
+                    continue
+                diagnosis = diagnose(inputs, profile)
                 if host.name in invalid:
                     diagnosis = replace(diagnosis, findings=(*diagnosis.findings, Finding(
                         "inventory-data-invalid", Severity.WARNING,

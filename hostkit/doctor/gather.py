@@ -15,9 +15,14 @@ The command prints sub-sections between `@@doctor:NAME@@` lines:
 - engine-deaths: the unit's journal lines of the last 24 h naming EngineDeadError (a count and
   the last few); watchdog: the health watchdog's restart, cap and start-limit lines of the
   last 24 h and its state file (hostkit/remote/vllm_watchdog.py);
-- gpu / gpu-apps: `nvidia-smi` memory per GPU and per compute process, when nvidia-smi exists;
+- gpus: the snapshot's gpu section (hostkit.facts.gpu): memory per GPU, and each compute
+  process with its /proc/PID/cgroup, which says whether it is the vLLM unit's;
 - platform: hostkit.facts.platform's script (automatic upgrades of the NVIDIA driver packages).
 - metrics: the monitoring collector's metrics file and its age, when the file exists.
+
+Every command that can hang (nvidia-smi, systemctl, journalctl, ps, the platform probe) runs
+within a deadline (hostkit.facts.deadline) and prints what timed out after how long; the
+whole command has DOCTOR_S besides.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from hostkit.doctor.inputs import (
     UNLIMITED_FLOOR,
     CollectorMetrics,
     DoctorInputs,
+    GpuHolder,
     GpuMemory,
     HostMemory,
     KeepAlive,
@@ -46,11 +52,13 @@ from hostkit.facts.kernel_log import oom_lines_command, parse_kernel_log
 from hostkit.facts.parts import parse_int, split_on_marker
 from hostkit.facts.platform import PlatformFact
 from hostkit.facts.platform import script as platform_script
-from hostkit.facts.gpu import parse_compute_apps
+from hostkit.facts.deadline import DEADLINE_FUNCTION, KERNEL_LOG_S, SYSTEMCTL_S, TIMED_OUT, timed_out_lines
+from hostkit.facts.gpu import GpuFact, parse_gpu_output
 from hostkit.facts.systemctl_show import SHOW_FUNCTIONS, parse_show
 from hostkit.operations.watchdog import STATE_PATH as WATCHDOG_STATE
 from hostkit.operations.watchdog import WATCHDOG_UNIT
 from hostkit.monitoring import textfile_path
+from hostkit.monitoring.collector import unit_cgroup_path
 from hostkit.plan.plans import VLLM_UNIT
 from hostkit.profile.host_profile import HostProfile
 from hostkit.remote import host_file
@@ -85,8 +93,13 @@ CGROUP_FILES = (
     "memory.max_usage_in_bytes",
     "memory.limit_in_bytes",
 )
-# The recorded probe outputs ask in this order; the snapshot's gpu section asks for its own.
-APPS_QUERY = ("gpu_uuid", "pid", "used_memory")
+# journalctl reads the unit's journal as the kernel log's reader does; ps and the platform
+# probe (dpkg, apt-config, systemctl) answer within a systemctl's time when the host is well.
+JOURNAL_S = KERNEL_LOG_S
+PS_S = SYSTEMCTL_S
+PLATFORM_S = SYSTEMCTL_S
+# The whole command: past the sum of the deadlines inside it, which name what hung first.
+DOCTOR_S = 300
 KEPT_JOURNAL_LINES = 5
 # The watchdog's decisions worth reporting (hostkit/remote/vllm_watchdog.py words them so).
 _WATCHDOG_DECISIONS = r"restarting |start limit|failed \(result"
@@ -113,20 +126,26 @@ def doctor_command(unit: str = VLLM_UNIT, vllm_command: str | None = None, with_
         "hk_watchdog_unit": WATCHDOG_UNIT,
         "hk_watchdog_decisions": _WATCHDOG_DECISIONS,
         "hk_watchdog_state": WATCHDOG_STATE,
-        "hk_apps_query": ",".join(APPS_QUERY),
         "hk_metrics": metrics_file,
+        "hk_timed_out": TIMED_OUT,
+        "hk_journal_s": str(JOURNAL_S),
+        "hk_ps_s": str(PS_S),
     }
     lines = [f"{name}={shlex.quote(value)}" for name, value in settings.items()]
     lines += [
+        DEADLINE_FUNCTION,
         host_file("doctor_host.sh"),
         SHOW_FUNCTIONS,
         host_file("doctor_unit.sh"),
         host_file("doctor_processes.sh"),
         host_file("doctor_dist.sh"),
         _marker("platform"),
-        f"( {platform_script()} ) 2>/dev/null",
+        f"hk_deadline {PLATFORM_S} 'the platform probe' sh -c {shlex.quote(platform_script())} 2>/dev/null",
         _marker("oom"),
         oom_lines_command(),
+        _marker("gpus"),
+        # A subshell: the section sets hk_mark and other variables of its own.
+        f"( {GpuFact().command()} )",
         host_file("doctor_history.sh"),
     ]
     return "\n".join(lines)
@@ -219,6 +238,7 @@ def parse_unit(unit: str, unit_lines: list[str] | None, cgroup_lines: Iterable[s
         swap_current_bytes=parse_int(files.get("memory.swap.current")),
         swap_max_bytes=_limit(files.get("memory.swap.max") or props.get("MemorySwapMax")),
         oom_kills=parse_int(files.get("memory.events.oom_kill")),
+        control_group=props.get("ControlGroup") or None,
         exec_start=_exec_start_argv(props.get("ExecStart", "")),
         last_exit=_last_exit(props.get("ExecStart", "")),
         result=props.get("Result") or None,
@@ -321,37 +341,28 @@ def pick_vllm_version(found: dict[str, str], argv: tuple[str, ...]) -> tuple[str
     return None, None
 
 
-def parse_gpus(gpu_lines: list[str] | None, app_lines: list[str] | None, vllm_pids: Iterable[int]) -> tuple[tuple[GpuMemory, ...], str | None]:
-    if gpu_lines is None:
+def parse_gpus(lines: list[str] | None, unit_cgroup: str) -> tuple[tuple[GpuMemory, ...], str | None]:
+    """Each GPU's memory, split between the vLLM unit and the rest by the holders' cgroups
+    (hostkit.facts.gpu, as plan splits it), and nvidia-smi's error, if any."""
+    if lines is None:
         return (), None
-    rc = next((line.split("=", 1)[1] for line in gpu_lines if line.startswith("rc=")), "missing")
-    rows = [[c.strip() for c in line.split(",")] for line in gpu_lines if not line.startswith("rc=") and line.strip()]
-    good = [row for row in rows if len(row) == 4 and row[0].isdigit() and row[2].isdigit() and row[3].isdigit()]
-    if rc != "0" or not good:
-        problem = "\n".join(", ".join(row) for row in rows if row not in good)
-        return (), problem or f"nvidia-smi exited {rc} and listed no GPU"
-    own = set(vllm_pids)
-    held: dict[str, dict[int, int]] = {}
-    for process in parse_compute_apps(app_lines or [], APPS_QUERY)[0]:
-        if process.used_mib is not None:
-            apps = held.setdefault(process.gpu_uuid, {})
-            apps[process.pid] = apps.get(process.pid, 0) + process.used_mib
+    facts = parse_gpu_output(lines)
+    if not facts.driver_present:
+        return (), None
     gpus = []
-    for index, uuid, total, used in good:
-        apps = held.get(uuid, {})
-        others = {pid: mib for pid, mib in apps.items() if pid not in own}
-        gpus.append(
-            GpuMemory(
-                index=int(index),
-                uuid=uuid,
-                total_mib=int(total),
-                used_mib=int(used),
-                vllm_mib=sum(mib for pid, mib in apps.items() if pid in own),
-                other_mib=sum(others.values()),
-                other_pids=tuple(sorted(others)),
-            )
-        )
-    return tuple(gpus), None
+    for gpu in facts.gpus:
+        own, others = facts.holders(gpu, unit_cgroup)
+        holders = tuple(GpuHolder(p.pid, p.name, p.used_mib or 0) for p in others)
+        gpus.append(GpuMemory(
+            index=gpu.index,
+            uuid=gpu.uuid,
+            total_mib=gpu.memory_total_mib or 0,
+            used_mib=gpu.memory_used_mib or 0,
+            vllm_mib=sum(p.used_mib or 0 for p in own),
+            other_mib=sum(holder.used_mib for holder in holders),
+            others=holders,
+        ))
+    return tuple(gpus), "\n".join(filter(None, (facts.nvidia_smi_error, facts.processes_error))) or None
 
 
 def parse_collector_metrics(lines: list[str] | None) -> CollectorMetrics | None:
@@ -388,7 +399,9 @@ def _assemble(host: str, parts: dict[str, list[str]], memory: HostMemory, unit_m
     version, version_note = pick_vllm_version(dist_info_versions(parts.get("dist", [])), argv)
     if version_note:
         notes.append(version_note)
-    gpus, gpu_error = parse_gpus(parts.get("gpu"), parts.get("gpu-apps"), vllm.tree_pids if vllm else ())
+    # The unit's cgroup as systemd names it, else where it is planned: a host without systemd
+    # still has the cgroup when someone made it (the H200 host did, by hand).
+    gpus, gpu_error = parse_gpus(parts.get("gpus"), unit_memory.control_group or unit_cgroup_path(unit_memory.unit))
     kernel_log = parse_kernel_log(parts.get("oom", []))
     if not kernel_log.readable:
         notes.append("the kernel log is unreadable (no journal, dmesg restricted): OOM kills are unknown")
@@ -408,6 +421,7 @@ def _assemble(host: str, parts: dict[str, list[str]], memory: HostMemory, unit_m
         notes=tuple(notes),
         keepalive=parse_keepalive(parts.get("engine-deaths", []), parts.get("watchdog", [])),
         collector=parse_collector_metrics(parts.get("metrics")),
+        timeouts=timed_out_lines([line for part in parts.values() for line in part]),
     )
 
 
@@ -423,16 +437,23 @@ class DoctorFact(FactBase):
         return list(output)
 
 
+class GatherError(Exception):
+    """The doctor command could not run to its end on the host: nothing was diagnosed."""
+
+
 def gather_local(unit: str = VLLM_UNIT, vllm_command: str | None = None, host: str | None = None) -> DoctorInputs:
     """This host: memory and processes from psutil, the rest from the same probes run locally."""
     import socket
 
     import psutil
 
-    result = subprocess.run(
-        ["sh", "-c", doctor_command(unit, vllm_command, with_proc=False)],
-        capture_output=True, text=True, check=False, timeout=120,
-    )
+    try:
+        result = subprocess.run(
+            ["sh", "-c", doctor_command(unit, vllm_command, with_proc=False)],
+            capture_output=True, text=True, check=False, timeout=DOCTOR_S,
+        )
+    except subprocess.TimeoutExpired:
+        raise GatherError(f"the doctor command timed out after {DOCTOR_S} s") from None
     parts = split_sub_sections(result.stdout.splitlines())
     unit_memory = parse_unit(unit, parts.get("unit"), parts.get("cgroup", []))
     virtual, swap = psutil.virtual_memory(), psutil.swap_memory()
@@ -482,6 +503,9 @@ def _local_vllm_process(main_pid: int | None) -> VllmProcessTree | None:
 
 def gather_host(host, unit: str = VLLM_UNIT, vllm_command: str | None = None,
                 metrics_file: str = DEFAULT_METRICS_FILE) -> DoctorInputs:
-    """One connected pyinfra host, one command."""
-    output = host.get_fact(DoctorFact, unit=unit, vllm_command=vllm_command, metrics_file=metrics_file)
+    """One connected pyinfra host (ssh, @local, any connector), one command within DOCTOR_S."""
+    output = host.get_fact(DoctorFact, unit=unit, vllm_command=vllm_command, metrics_file=metrics_file,
+                           _timeout=DOCTOR_S)
+    if output is None:  # pyinfra logged why: the connection dropped or the deadline passed
+        raise GatherError(f"the doctor command failed or ran past {DOCTOR_S} s")
     return parse_doctor_output(host.name, output, unit)

@@ -45,6 +45,7 @@ class UnitMemory:
     swap_current_bytes: int | None = None
     swap_max_bytes: int | None = None  # None: no limit
     oom_kills: int | None = None  # memory.events oom_kill (cgroup v2)
+    control_group: str | None = None  # systemd's ControlGroup; None without systemd or while stopped
     exec_start: tuple[str, ...] = ()  # the configured command line, split on spaces by systemd's printing
     last_exit: str | None = None  # how the last main process ended, e.g. "exited, status 2"
     result: str | None = None  # systemd's Result, e.g. "start-limit-hit"
@@ -63,14 +64,27 @@ class VllmProcessTree:
 
 
 @dataclass(frozen=True)
+class GpuHolder:
+    """A process holding GPU memory outside the vLLM unit's cgroup."""
+
+    pid: int
+    name: str  # /proc/PID/comm; "" when /proc does not show the pid (another pid namespace)
+    used_mib: int  # 0 when nvidia-smi says [N/A]
+
+
+@dataclass(frozen=True)
 class GpuMemory:
     index: int
     uuid: str
     total_mib: int
     used_mib: int
-    vllm_mib: int  # held by processes of the vLLM tree
+    vllm_mib: int  # held by processes in the vLLM unit's cgroup
     other_mib: int  # held by any other process
-    other_pids: tuple[int, ...] = ()
+    others: tuple[GpuHolder, ...] = ()
+
+    @property
+    def other_pids(self) -> tuple[int, ...]:
+        return tuple(sorted(holder.pid for holder in self.others))
 
 
 @dataclass(frozen=True)
@@ -116,6 +130,7 @@ class DoctorInputs:
     notes: tuple[str, ...] = field(default=())  # what could not be read
     keepalive: KeepAlive = field(default_factory=KeepAlive)
     collector: CollectorMetrics | None = None  # None: no metrics file on the host
+    timeouts: tuple[str, ...] = ()  # "WHAT timed out after N s", one per command that hit its deadline
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)

@@ -5,18 +5,14 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
+from hostkit.cli.exit_codes import exit_status
 from hostkit.doctor.rules import Diagnosis, Severity
 from hostkit.profile.sizes import format_size
 
-EXIT_OK = 0
-EXIT_CRITICAL = 1  # a critical finding on some host
-EXIT_UNREACHABLE = 3  # some host could not be read (click uses 2 for usage errors)
-
 
 def exit_code(diagnoses: Sequence[Diagnosis], unreachable: Sequence[str] = ()) -> int:
-    if any(diagnosis.critical for diagnosis in diagnoses):
-        return EXIT_CRITICAL
-    return EXIT_UNREACHABLE if unreachable else EXIT_OK
+    """hostkit.cli.exit_codes' contract: a critical finding is a failing host."""
+    return exit_status(any(diagnosis.critical for diagnosis in diagnoses), bool(unreachable))
 
 
 def _size(value: int | None) -> str:
@@ -72,7 +68,8 @@ def _facts(diagnosis: Diagnosis) -> list[tuple[str, str]]:
     for gpu in inputs.gpus:
         target = (f", utilization target {utilization:g} = {utilization * gpu.total_mib / 1024:.1f} GiB"
                   if utilization else "")
-        others = f", others {gpu.other_mib} MiB (pids {', '.join(map(str, gpu.other_pids))})" if gpu.other_mib else ""
+        holders = ", ".join(f"pid {holder.pid} {holder.name or '?'}" for holder in gpu.others)
+        others = f", others {gpu.other_mib} MiB ({holders})" if gpu.others else ""
         rows.append((f"GPU {gpu.index}", f"{gpu.used_mib} / {gpu.total_mib} MiB used: vLLM {gpu.vllm_mib} MiB"
                                          f"{others}{target}"))
     if inputs.gpu_query_error:

@@ -107,6 +107,22 @@ def _pct(part: float, whole: float) -> str:
     return f"{100 * part / whole:.0f}%" if whole else "n/a"
 
 
+# -- what could not be read -----------------------------------------------------------------
+
+
+def commands_timed_out(ctx: Context) -> Iterator[Finding]:
+    """A command that ran past its deadline leaves what it reads unknown; a wedged GPU hangs
+    nvidia-smi, a stuck systemd hangs systemctl."""
+    if ctx.inputs.timeouts:
+        yield Finding(
+            "command-timed-out", Severity.CRITICAL,
+            "Commands ran past their deadlines, so what they read is unknown: " + "; ".join(ctx.inputs.timeouts) + ".",
+            "For nvidia-smi: look for Xid lines (`dmesg | grep -i xid`), then reset the GPU (`nvidia-smi -r`) or reboot; "
+            "for systemctl or journalctl: see what blocks systemd (`systemctl list-jobs`).",
+            {"timeouts": list(ctx.inputs.timeouts)},
+        )
+
+
 # -- memory and swap ----------------------------------------------------------------------
 
 
@@ -419,6 +435,39 @@ def shared_gpu_utilization(ctx: Context) -> Iterator[Finding]:
     )
 
 
+def _claimed_utilization(ctx: Context) -> float | None:
+    """The share of each GPU vLLM will claim: its flags (running or configured), else the
+    inventory's; None where nothing says vLLM is to run here."""
+    if ctx.settings is not None:
+        return _utilization(ctx.settings)
+    if ctx.profile is not None and ctx.profile.vllm_enabled:
+        return ctx.profile.vllm_gpu_memory_utilization
+    return None
+
+
+def gpu_held_outside_vllm(ctx: Context) -> Iterator[Finding]:
+    """GPU memory held by processes outside the vLLM unit's cgroup, each named, whether or not
+    vLLM runs: vLLM cannot have it, and plan refuses a host where vLLM's share does not fit."""
+    claim = _claimed_utilization(ctx)
+    for gpu in ctx.inputs.gpus:
+        if not gpu.others:
+            continue
+        holders = ", ".join(
+            f"pid {holder.pid} ({holder.name or 'not visible in /proc'}) {holder.used_mib} MiB"
+            for holder in sorted(gpu.others, key=lambda holder: -holder.used_mib)
+        )
+        problem = (f"GPU {gpu.index}: {gpu.other_mib} of {gpu.total_mib} MiB is held outside {ctx.unit}'s "
+                   f"cgroup: {holders}.")
+        starved = claim is not None and claim * gpu.total_mib + gpu.other_mib > gpu.total_mib
+        if starved:
+            problem += f" vLLM's {claim:g} of the GPU does not fit beside it: vLLM cannot start there."
+        yield Finding(
+            "gpu-held-outside-vllm", Severity.CRITICAL if starved else Severity.WARNING, problem,
+            "Stop the process or move it to another GPU; if it belongs to vLLM, run it inside the unit.",
+            {"gpu": gpu.index, "holders": [asdict(holder) for holder in gpu.others], "claim": claim},
+        )
+
+
 def _model_len(ctx: Context) -> tuple[int | None, str]:
     settings = ctx.settings
     if settings.max_model_len:
@@ -575,6 +624,7 @@ def collector_metrics(ctx: Context) -> Iterator[Finding]:
 
 
 RULES: tuple[Rule, ...] = (
+    commands_timed_out,
     unit_state,
     keepalive,
     unknown_options,
@@ -583,6 +633,7 @@ RULES: tuple[Rule, ...] = (
     swap_almost_full,
     memory_limit,
     shared_gpu_utilization,
+    gpu_held_outside_vllm,
     long_context_chunking,
     max_num_seqs_for_ram,
     version_mismatch,

@@ -9,8 +9,13 @@ anything changes, with that line (hostkit.operations.gpu.snapshot_finished).
 
 from __future__ import annotations
 
+import os
+
 TIMED_OUT = "@@hostkit-timeout@@"
-NVIDIA_SMI_S = 30
+# The controller's environment may change it for every command hostkit composes: shorter to
+# test a wedged nvidia-smi quickly, longer for a driver that is slow to answer.
+NVIDIA_SMI_ENV = "HOSTKIT_NVIDIA_SMI_TIMEOUT"
+NVIDIA_SMI_S = int(os.environ.get(NVIDIA_SMI_ENV, "30"))
 KERNEL_LOG_S = 30
 SYSTEMCTL_S = 20
 # After the deadline's TERM, how long until KILL: a process in D state ignores TERM.

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from hostkit.doctor.inputs import GpuHolder
 from hostkit.doctor.gather import (
     DoctorFact,
     dist_info_versions,
@@ -66,27 +67,42 @@ def test_unit_after_oom_kill_and_restart():
     assert [kill.pid for kill in inputs.kernel_log.oom_kills] == [536, 583]
 
 
-def test_h200_host_gpu_memory_and_other_process():
-    inputs = recorded("h200-other-gpu-process", "h200")
+def test_h200_host_gpu_memory_held_outside_the_unit_names_pid_process_and_memory():
+    inputs = recorded("h200-holder-outside", "h200")
     assert not inputs.unit.loaded
     assert "no systemctl" in inputs.notes[0]
     assert inputs.kernel_log.source == "dmesg"
     (gpu,) = inputs.gpus
-    assert (gpu.index, gpu.total_mib, gpu.used_mib) == (0, 143771, 3599)
-    assert (gpu.vllm_mib, gpu.other_mib, gpu.other_pids) == (0, 3590, (552,))
-    assert inputs.vllm is None
+    assert (gpu.index, gpu.total_mib, gpu.used_mib) == (0, 143771, 123643)
+    assert (gpu.vllm_mib, gpu.other_mib) == (0, 123634)
+    assert gpu.others == (GpuHolder(471, "python3", 123634),)
+    assert inputs.vllm is None and inputs.timeouts == ()
 
 
-def test_gpu_memory_of_the_vllm_tree_is_not_counted_as_other():
-    lines = (FIXTURES / "h200-other-gpu-process.txt").read_text().splitlines()
-    # The same host, as if pid 552 had been started by a vLLM server (pid 500).
+def test_without_systemd_a_holder_in_the_planned_unit_cgroup_is_vllms():
+    """/proc/471/cgroup reads 0::/system.slice/vllm.service: vLLM's, as plan counts it."""
+    (gpu,) = recorded("h200-holder-in-unit", "h200").gpus
+    assert (gpu.vllm_mib, gpu.other_mib, gpu.others) == (123634, 0, ())
+
+
+def test_the_cgroup_decides_not_the_process_tree():
+    lines = (FIXTURES / "h200-holder-outside.txt").read_text().splitlines()
+    # The same host, as if pid 471 had been started by a vLLM server (pid 500) outside the unit.
     ps_at = lines.index("@@doctor:ps@@") + 1
-    lines[ps_at:ps_at] = ["  500     1 900000 /opt/vllm/bin/python3 /opt/vllm/bin/vllm serve m --gpu-memory-utilization 0.9"]
-    lines = [line.replace("  552     1 621104", "  552   500 621104") for line in lines]
+    lines[ps_at:ps_at] = ["  500     1 900000 /opt/vllm/bin/python3 /opt/vllm/bin/vllm serve m",
+                          "  471   500 621104 python3"]
     inputs = parse_doctor_output("h200", lines)
-    assert inputs.vllm.pid == 500 and not inputs.vllm.argv_exact
-    assert inputs.vllm.tree_pids == (500, 552)
-    assert (inputs.gpus[0].vllm_mib, inputs.gpus[0].other_mib) == (3590, 0)
+    assert inputs.vllm.tree_pids == (471, 500)
+    assert (inputs.gpus[0].vllm_mib, inputs.gpus[0].other_mib) == (0, 123634)
+
+
+def test_systemds_control_group_is_the_units_cgroup_when_it_names_one():
+    lines = (FIXTURES / "h200-holder-in-unit.txt").read_text().splitlines()
+    at = lines.index("@@doctor:vm@@")
+    lines[at:at] = ["@@doctor:unit@@", "LoadState=loaded", "ActiveState=active", "ControlGroup=/vllm.slice/vllm.service"]
+    inputs = parse_doctor_output("h200", lines)
+    assert inputs.unit.control_group == "/vllm.slice/vllm.service"
+    assert inputs.gpus[0].other_mib == 123634  # /system.slice/vllm.service is not that unit's cgroup
 
 
 def test_vllm_outside_systemd_is_found_in_ps_and_the_probe_shell_is_not():

@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from hostkit.doctor.gather import parse_doctor_output
-from hostkit.doctor.inputs import VllmProcessTree
-from hostkit.doctor.report import EXIT_CRITICAL, EXIT_OK, EXIT_UNREACHABLE, exit_code
+from hostkit.doctor.inputs import GpuHolder, GpuMemory, VllmProcessTree
+from hostkit.cli.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_UNUSABLE
+from hostkit.doctor.report import exit_code
 from hostkit.doctor.rules import Severity, diagnose, host_reserve
 from hostkit.profile.host_profile import HostProfile
 from hostkit.profile.sizes import GIB, MIB
@@ -174,8 +175,14 @@ def test_installed_release_differs_from_the_inventory():
 # -- GPU sharing ----------------------------------------------------------------------------------
 
 
+# Recorded on the H200 by doctor's earlier GPU queries: pid 552 (PyTorch) held 3590 MiB.
+H200_SHARED = GpuMemory(0, "GPU-982fcb4d-b5d0-f9bd-6261-ebcade7c637d", 143771, 3599, 0, 3590,
+                        (GpuHolder(552, "python3", 3590),))
+
+
 def h200_with_vllm(*flags: str, version: str = "0.33.0"):
     inputs = parse_doctor_output("h200", (FIXTURES / "h200-other-gpu-process.txt").read_text().splitlines())
+    inputs = replace(inputs, gpus=(H200_SHARED,))
     argv = ("/opt/vllm/bin/vllm", "serve", "meta-llama/Llama-3.1-8B-Instruct", "--max-model-len", "8192", *flags)
     vllm = VllmProcessTree(pid=7000, argv=argv, argv_exact=True, tree_pids=(7000,), tree_rss_bytes=4 * GIB)
     return replace(inputs, vllm=vllm, installed_vllm_version=version)
@@ -263,8 +270,10 @@ def test_modest_max_num_seqs_is_not_flagged_even_under_pressure():
 def test_exit_code_is_nonzero_on_a_critical_finding():
     assert exit_code([diagnose(healthy())]) == EXIT_OK
     assert exit_code([diagnose(recorded("lab-clean"))]) == EXIT_OK  # a warning only
-    assert exit_code([diagnose(healthy()), diagnose(recorded("lab-crashloop"))]) == EXIT_CRITICAL
-    assert exit_code([diagnose(healthy())], unreachable=["gpu2"]) == EXIT_UNREACHABLE
+    assert exit_code([diagnose(healthy()), diagnose(recorded("lab-crashloop"))]) == EXIT_FAILED
+    assert exit_code([diagnose(healthy())], unreachable=["gpu2"]) == EXIT_UNUSABLE
+    # A verdict unknown for one host outweighs a failure on another (verify's rule too).
+    assert exit_code([diagnose(recorded("lab-crashloop"))], unreachable=["gpu2"]) == EXIT_UNUSABLE
 
 
 # -- the distribution --------------------------------------------------------------------------
@@ -324,3 +333,37 @@ def test_watchdog_restarts_of_the_last_day_are_reported_and_older_ones_not():
     assert restarts.problem.startswith("The health watchdog restarted vllm.service 2 time(s) in the last 24 h")
     assert "vllm-watchdog-restarts" not in codes(diagnose(replace(inputs, keepalive=replace(
         kept, watchdog_restarts=(now - 2 * 86400,)))))
+
+
+# -- GPU memory outside the unit, and deadlines ---------------------------------------------
+
+
+def h200(case: str):
+    return parse_doctor_output("h200", (FIXTURES / f"h200-holder-{case}.txt").read_text().splitlines())
+
+
+def test_memory_held_outside_the_unit_is_named_with_no_vllm_running():
+    held = finding(diagnose(h200("outside")), "gpu-held-outside-vllm")
+    assert held.severity is Severity.WARNING  # nothing says vLLM is to run here
+    assert "pid 471 (python3) 123634 MiB" in held.problem
+    assert held.evidence["holders"] == [{"pid": 471, "name": "python3", "used_mib": 123634}]
+
+
+def test_memory_held_outside_the_unit_is_critical_where_the_inventorys_vllm_cannot_fit():
+    """plan refuses this host for vllm_gpu_memory_utilization 0.85; doctor fails it too."""
+    profile = HostProfile(swap_enabled=False, vllm_gpu_memory_utilization=0.85)
+    held = finding(diagnose(h200("outside"), profile), "gpu-held-outside-vllm")
+    assert held.severity is Severity.CRITICAL and "does not fit beside it" in held.problem
+    assert exit_code([diagnose(h200("outside"), profile)]) == EXIT_FAILED
+
+
+def test_memory_in_the_units_cgroup_is_no_finding():
+    profile = HostProfile(swap_enabled=False, vllm_gpu_memory_utilization=0.85)
+    assert "gpu-held-outside-vllm" not in codes(diagnose(h200("in-unit"), profile))
+
+
+def test_a_command_past_its_deadline_is_critical_and_named():
+    inputs = replace(h200("in-unit"), timeouts=("nvidia-smi --query-gpu timed out after 2 s",))
+    timed_out = finding(diagnose(inputs), "command-timed-out")
+    assert timed_out.severity is Severity.CRITICAL
+    assert "nvidia-smi --query-gpu timed out after 2 s" in timed_out.problem

@@ -120,12 +120,21 @@ def test_a_failed_process_query_counts_everything_as_others():
         plan_host(profile, facts, host_name="h200")
 
 
-def test_doctor_reads_compute_processes_with_the_same_parser():
-    from hostkit.doctor.gather import APPS_QUERY, parse_gpus
+@pytest.mark.parametrize(("case", "vllm_mib", "others_mib"), [("in-unit", 123634, 0), ("outside", 0, 123634)])
+def test_doctor_splits_the_same_recorded_section_as_plan(case, vllm_mib, others_mib):
+    from hostkit.doctor.gather import parse_gpus
 
-    gpus, problem = parse_gpus([f"0, {UUID}, 143771, 123643", "rc=0"], [f"{UUID}, {HOLDER}, 123634"], [HOLDER])
-    assert problem is None and (gpus[0].vllm_mib, gpus[0].other_mib) == (123634, 0)
-    assert parse_compute_apps([f"{UUID}, {HOLDER}, 123634"], APPS_QUERY)[0] == (GpuProcess(HOLDER, UUID, 123634),)
+    lines = snapshot_section(case)
+    (gpu,), problem = parse_gpus(lines, "/system.slice/vllm.service")
+    (planned,) = planning_facts(snapshot(case)).gpus
+    assert problem is None and (gpu.vllm_mib, gpu.other_mib) == (vllm_mib, others_mib)
+    assert gpu.vllm_mib == planned.memory_vllm_mib
+
+
+def snapshot_section(case: str) -> list[str]:
+    lines = (RUN / f"snapshot-{case}.txt").read_text().splitlines()
+    start = lines.index("@@hostkit-section@@ gpu") + 1
+    return lines[start:next(i for i in range(start, len(lines)) if lines[i].startswith("@@hostkit-section@@"))]
 
 
 def run_gpu_section(tmp_path: Path, nvidia_smi: str) -> list[str]:
