@@ -1,11 +1,16 @@
 """What differs between distributions and bites hostkit: SELinux, the python the probes run,
-tuned's active profile, and the automatic upgrades of NVIDIA driver packages.
+tuned's active profile, the automatic upgrades of NVIDIA driver packages, and the packages
+the vLLM install needs (hostkit.vllm.os_packages decides which).
 
 One shell script (hostkit/remote/platform.sh) prints parts between
 `%%hostkit-platform:NAME` lines; `process` turns them into a PlatformInfo. tuned profiles
 come as their tuned.conf text (each line behind `| `) and are resolved here the way tuned
 applies them: included profiles first, then the including profile's own values; of several
 active profiles, the later wins.
+
+The container and cgroup parts say whether the host is a container (LXC, systemd-nspawn,
+docker...), whose own host then owns swap, sysctl, THP and the disks, and whether the kernel
+applies a unit's memory limit there (a container's host may keep the memory controller).
 """
 
 from __future__ import annotations
@@ -48,6 +53,16 @@ class PlatformInfo(BaseModel):
     # util-linux before 2.33 (RHEL 8 has 2.32) has no lsblk PATH column: the storage fact
     # derived device paths from names (hostkit.facts.storage), and says so here.
     lsblk_without_path: bool = False
+    # systemd-detect-virt --container's name for the container the host is ("lxc",
+    # "systemd-nspawn", "docker"...); None: not a container (a VM or bare metal), or not read.
+    container: str | None = None
+    # Why the kernel does not apply a unit's memory limit here (systemd accepts MemoryMax= all
+    # the same); None: it does, or this was not read.
+    memory_limit_unapplied: str | None = None
+    # python3 on PATH, resolved (/usr/bin/python3.11): the interpreter of the release venvs.
+    python3: str | None = None
+    # Installed, of the packages the vLLM install may need (python3.X-venv, libnuma1, numactl-libs).
+    runtime_packages: list[str] = Field(default_factory=list)
 
     def unprotected_driver_packages(self) -> list[str]:
         """Driver packages the automatic upgrades may replace: not held, not excluded."""
@@ -95,7 +110,46 @@ class PlatformFact(FactBase):
             python=next((line.strip() for line in parts.get("python", []) if line.strip()), None),
             **_tuned(parts.get("tuned", [])),
             **_packages(parts.get("packages", [])),
+            container=_container(parts.get("container", [])),
+            memory_limit_unapplied=_memory_limit_unapplied(parts.get("cgroup")),
         )
+
+
+def _container(lines: list[str]) -> str | None:
+    """`SOURCE NAME` (hostkit/remote/platform.sh); systemd-detect-virt says `none` outside one."""
+    words = next((line.split() for line in lines if line.strip()), [])
+    name = words[1] if len(words) > 1 else None
+    return None if name in (None, "none") else name
+
+
+def _memory_limit_unapplied(lines: list[str] | None) -> str | None:
+    if lines is None:  # an older script, or a recording made before this part
+        return None
+    controllers = next((line.split()[1:] for line in lines if line.startswith("controllers")), None)
+    if controllers is not None:
+        if "memory" in controllers:
+            return None
+        return ("cgroup v2 without the memory controller (/sys/fs/cgroup/cgroup.controllers: "
+                f"{' '.join(controllers) or 'empty'}): the container's host did not delegate it")
+    mounts = [line.split()[1:] for line in lines if line.startswith("memory-mount ")]
+    if not mounts:
+        return "no cgroup v1 memory hierarchy is mounted: the kernel has no memory controller to apply it with"
+    if all("ro" in words[1].split(",") for words in mounts if len(words) > 1):
+        return (f"the cgroup v1 memory hierarchy ({mounts[0][0]}) is mounted read-only, as systemd-nspawn "
+                "mounts it on a hybrid-cgroup host: the unit gets no memory cgroup of its own")
+    return None
+
+
+def _container(lines: list[str]) -> str | None:
+    """`SOURCE NAME` (hostkit/remote/platform.sh); systemd-detect-virt says `none` outside one."""
+    words = next((line.split() for line in lines if line.strip()), [])
+    name = words[1] if len(words) > 1 else None
+    return None if name in (None, "none") else name
+
+
+def _memory_limit_unapplied(lines: list[str] | None) -> str | None:
+    if lines is None:  # an older script, or a recording made before this part
+        return None
 
 
 def _selinux(lines: list[str]) -> str:
@@ -160,10 +214,11 @@ def parse_tuned_conf(lines: list[str]) -> tuple[list[str], dict[str, str]]:
 
 
 def _packages(lines: list[str]) -> dict:
+    python3 = next((line.split(None, 1)[1].strip() for line in lines if line.startswith("python3 ")), None)
     manager = next((line.split()[1] for line in lines if line.startswith("manager ")), None)
     if manager not in ("apt", "dnf"):
-        return {}
-    installed, held, exclusions = [], [], []
+        return {"python3": python3}
+    installed, held, exclusions, runtime = [], [], [], []
     auto_upgrader = False
     timers: dict[str, str] = {}
     config: dict[str, str] = {}
@@ -173,6 +228,8 @@ def _packages(lines: list[str]) -> dict:
             installed.append(words[1])
             if words[2:3] == ["hold"]:
                 held.append(words[1])
+        elif words[:1] == ["installed"] and len(words) == 2:
+            runtime.append(words[1])
         elif words[:1] == ["auto-upgrader"]:
             auto_upgrader = True
         elif words[:1] == ["timer"]:
@@ -192,4 +249,4 @@ def _packages(lines: list[str]) -> dict:
         auto = auto_upgrader and ("dnf-automatic-install.timer" in enabled
                                   or ("dnf-automatic.timer" in enabled and applies))
     return {"package_manager": manager, "driver_packages": installed, "held_packages": held,
-            "auto_upgrades": auto, "upgrade_exclusions": exclusions}
+            "auto_upgrades": auto, "upgrade_exclusions": exclusions, "python3": python3, "runtime_packages": runtime}

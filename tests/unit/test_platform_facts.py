@@ -89,7 +89,9 @@ def test_rhel8_platform_python_selinux_enforcing_and_a_no_thp_tuned_profile(tmp_
     put(root, "/etc/dnf/automatic.conf", "[commands]\nupgrade_type = default\napply_updates = no\n")
     put(root, "/etc/dnf/dnf.conf", "[main]\ngpgcheck=1\nexclude=kmod-nvidia*\n")
     info = run_script(tmp_path, {
-        "rpm": "printf 'package %s install\\n' nvidia-driver kmod-nvidia-latest-dkms nvidia-driver-cuda-libs",
+        # rpm -qa answers each query with the installed packages its patterns match.
+        "rpm": "case \"$*\" in *nvidia*) printf 'package %s install\\n' nvidia-driver kmod-nvidia-latest-dkms "
+               "nvidia-driver-cuda-libs ;; *numactl-libs*) echo 'installed numactl-libs' ;; esac",
         "dnf-automatic": "exit 0",
         "systemctl": 'case "$1 $2" in "is-enabled dnf-automatic-install.timer") echo enabled ;; *) echo disabled ;; esac',
     })
@@ -103,6 +105,7 @@ def test_rhel8_platform_python_selinux_enforcing_and_a_no_thp_tuned_profile(tmp_
     assert info.package_manager == "dnf" and info.auto_upgrades
     assert info.upgrade_exclusions == ["kmod-nvidia*"]
     assert info.unprotected_driver_packages() == ["nvidia-driver", "nvidia-driver-cuda-libs"]
+    assert info.runtime_packages == ["numactl-libs"]
 
 
 def test_dnf_automatic_download_only_is_no_automatic_upgrade(tmp_path):
@@ -110,7 +113,7 @@ def test_dnf_automatic_download_only_is_no_automatic_upgrade(tmp_path):
     put(tmp_path / "root", "/etc/dnf/automatic.conf", "[commands]\napply_updates = no\n")
     info = run_script(tmp_path, {
         "python3": "exit 0",
-        "rpm": "echo 'package nvidia-driver install'",
+        "rpm": "case \"$*\" in *nvidia*) echo 'package nvidia-driver install' ;; esac",
         "dnf-automatic": "exit 0",
         "systemctl": 'case "$1 $2" in "is-enabled dnf-automatic.timer") echo enabled ;; *) echo disabled ;; esac',
     })

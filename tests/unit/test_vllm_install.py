@@ -214,7 +214,12 @@ def test_without_ensurepip_pip_comes_from_a_pip_wheel_in_the_wheelhouse(tmp_path
     bare = target(tmp_path / "vllm2", wheelhouse, "0.33.0")  # no pip wheel there
     refused = sh(install_command(bare))
     assert refused.returncode == 1 and "no pip wheel is in a vllm_find_links directory" in refused.stderr
-    assert "apt install python3-venv" in refused.stderr and not Path(bare.venv).exists()
+    assert "(python3-venv on Debian and Ubuntu)" in refused.stderr and not Path(bare.venv).exists()
+    # The package the platform fact named, which vllm_os_packages.sh could not add.
+    named = sh(install_command(bare, venv_package="python3.11-venv"))
+    assert named.returncode == 1 and "failed (python3.11-venv is not installed) and no pip wheel" in named.stderr
+    assert "let hostkit add python3.11-venv from the host's package repositories or from vllm_os_package_files" \
+        in named.stderr and not Path(bare.venv).exists()
 
 
 def test_the_standin_wheel_installs_and_runs_through_hostkits_entry_point(tmp_path):
