@@ -13,19 +13,22 @@ from hostkit_lab.image import SUITES, base_image
 
 @click.group()
 def lab() -> None:
-    """Local test hosts: Debian VMs with systemd, sshd and a blank NVMe disk (qemu, TCG)."""
+    """Local test hosts: Debian VMs with systemd, sshd and a blank NVMe disk (qemu, TCG), or
+    Debian containers with systemd and sshd (systemd-nspawn, native speed)."""
 
 
 @lab.command()
 @click.option("--hosts", "count", default=1, show_default=True, help="How many hosts to start.")
 @click.option("--os", "os_name", type=click.Choice(sorted(SUITES)), default="debian12", show_default=True)
 @click.option("--cgroup", type=click.Choice(["v2", "v1"]), default="v2", show_default=True)
-@click.option("--cpus", default=2, show_default=True, help="vCPUs per host.")
-def up(count: int, os_name: str, cgroup: str, cpus: int) -> None:
+@click.option("--cpus", default=2, show_default=True, help="vCPUs per VM.")
+@click.option("--kind", type=click.Choice(["vm", "container"]), default="vm", show_default=True,
+              help="vm: a kernel of its own (qemu TCG); container: systemd only, at native speed.")
+def up(count: int, os_name: str, cgroup: str, cpus: int, kind: str) -> None:
     """Start COUNT fresh hosts and wait until ssh answers on each."""
-    hosts = Lab().up(count, os_name=os_name, cgroup=cgroup, cpus=cpus)
+    hosts = Lab().up(count, os_name=os_name, cgroup=cgroup, cpus=cpus, kind=kind)
     for lab_host in hosts:
-        click.echo(f"{lab_host.name}\tssh -p {lab_host.port} root@127.0.0.1 ({lab_host.os}, cgroup {lab_host.cgroup})")
+        click.echo(f"{lab_host.name}\tssh -p {lab_host.port} root@127.0.0.1 ({lab_host.describe()})")
 
 
 @lab.command()
@@ -48,7 +51,7 @@ def status(fmt: str) -> None:
         click.echo("no lab hosts; start one with `python -m hostkit_lab up`")
     for row in rows:
         state = "up" if row["ssh"] else ("booting" if row["running"] else "stopped")
-        click.echo(f"{row['name']}\t{state}\tport {row['port']}\t{row['os']}\tcgroup {row['cgroup']}")
+        click.echo(f"{row['name']}\t{state}\tport {row['port']}\t{row['description']}")
 
 
 @lab.command(context_settings={"ignore_unknown_options": True})

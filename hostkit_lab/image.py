@@ -72,8 +72,9 @@ class BaseImage:
         return cached.read_text().strip()
 
 
-def ensure_prerequisites() -> None:
-    missing = sorted({pkg for tool, pkg in HOST_PREREQUISITES.items() if shutil.which(tool) is None})
+def ensure_prerequisites(prerequisites: dict[str, str] = HOST_PREREQUISITES) -> None:
+    """Install the Debian packages of the `tool: package` pairs whose tool is missing."""
+    missing = sorted({pkg for tool, pkg in prerequisites.items() if shutil.which(tool) is None})
     if not missing:
         return
     if os.geteuid() != 0:
@@ -93,10 +94,10 @@ def ssh_key() -> Path:
     return key
 
 
-def recipe(os_name: str) -> dict:
+def recipe(os_name: str, packages: tuple[str, ...] = PACKAGES) -> dict:
     spec = {
         "suite": SUITES[os_name],
-        "packages": sorted(PACKAGES),
+        "packages": sorted(packages),
         "root_disk_size": ROOT_DISK_SIZE,
         "revision": RECIPE_REVISION,
         "authorized_key": ssh_key().with_suffix(".pub").read_text().strip(),
@@ -108,19 +109,44 @@ def recipe(os_name: str) -> dict:
 
 def base_image(os_name: str) -> BaseImage:
     """The cached base image for `os_name`, building it first if needed."""
+    image_dir = cached_build("images", os_name, recipe(os_name), _build, HOST_PREREQUISITES)
+    return BaseImage(image_dir / "root.raw", image_dir / "vmlinuz", image_dir / "initrd.img", os_name)
+
+
+def cached_build(kind: str, os_name: str, spec: dict, build, prerequisites: dict[str, str]) -> Path:
+    """The directory of `kind` for `os_name` keyed by `spec`'s hash, made by `build(spec, dir)`
+    first if no complete one is cached."""
     if os_name not in SUITES:
         raise SystemExit(f"unknown lab os {os_name!r}: choose one of {', '.join(SUITES)}")
     cache_dir().mkdir(parents=True, exist_ok=True)
     # Parallel test workers share the cache: one installs and builds, the others wait for it.
     with open(cache_dir() / "build.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        ensure_prerequisites()
-        spec = recipe(os_name)
+        ensure_prerequisites(prerequisites)
         digest = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:12]
-        image_dir = cache_dir() / "images" / f"{os_name}-{digest}"
-        if not (image_dir / "complete").exists():
-            _build(spec, image_dir)
-    return BaseImage(image_dir / "root.raw", image_dir / "vmlinuz", image_dir / "initrd.img", os_name)
+        built = cache_dir() / kind / f"{os_name}-{digest}"
+        if not (built / "complete").exists():
+            build(spec, built)
+    return built
+
+
+def debootstrap(spec: dict, rootfs: Path) -> None:
+    """mmdebstrap `spec`'s suite and packages into `rootfs`."""
+    subprocess.run(
+        ["mmdebstrap", "--quiet", "--variant=minbase", f"--include={','.join(spec['packages'])}",
+         spec["suite"], str(rootfs), *spec.get("mirrors", ())],
+        check=True,
+    )
+
+
+def authorise(rootfs: Path, authorized_key: str) -> None:
+    """root logs in over ssh with the lab's key only."""
+    ssh_dir = rootfs / "root/.ssh"
+    ssh_dir.mkdir(mode=0o700, exist_ok=True)
+    (ssh_dir / "authorized_keys").write_text(authorized_key + "\n")
+    (ssh_dir / "authorized_keys").chmod(0o600)
+    (rootfs / "etc/ssh/sshd_config.d").mkdir(exist_ok=True)
+    (rootfs / "etc/ssh/sshd_config.d/lab.conf").write_text("PermitRootLogin prohibit-password\nUseDNS no\n")
 
 
 def _build(spec: dict, image_dir: Path) -> None:
@@ -131,11 +157,7 @@ def _build(spec: dict, image_dir: Path) -> None:
     work = Path(tempfile.mkdtemp(prefix="hostkit-lab-build-", dir=cache_dir()))
     try:
         rootfs = work / "rootfs"
-        subprocess.run(
-            ["mmdebstrap", "--quiet", "--variant=minbase", f"--include={','.join(spec['packages'])}",
-             spec["suite"], str(rootfs), *spec.get("mirrors", ())],
-            check=True,
-        )
+        debootstrap(spec, rootfs)
         say("  debootstrap done; customising")
         _customise(rootfs, spec["authorized_key"])
         staging = work / "image"
@@ -160,12 +182,7 @@ def _customise(rootfs: Path, authorized_key: str) -> None:
     (rootfs / "etc/network/interfaces").write_text(
         "auto lo\niface lo inet loopback\n\nallow-hotplug eth0\niface eth0 inet dhcp\n"
     )
-    ssh_dir = rootfs / "root/.ssh"
-    ssh_dir.mkdir(mode=0o700, exist_ok=True)
-    (ssh_dir / "authorized_keys").write_text(authorized_key + "\n")
-    (ssh_dir / "authorized_keys").chmod(0o600)
-    (rootfs / "etc/ssh/sshd_config.d").mkdir(exist_ok=True)
-    (rootfs / "etc/ssh/sshd_config.d/lab.conf").write_text("PermitRootLogin prohibit-password\nUseDNS no\n")
+    authorise(rootfs, authorized_key)
     # systemd.hostname= on the kernel command line names each host.
     (rootfs / "etc/hostname").unlink(missing_ok=True)
     (rootfs / "etc/hosts").write_text("127.0.0.1 localhost\n")

@@ -1,12 +1,16 @@
 """Fixtures for end-to-end tests on lab hosts: real Debian VMs, real pyinfra over real SSH.
 
 - `lab`: the test lab (its own directory, so it never touches hosts started by `python -m hostkit_lab up`).
+- Two kinds of host: a VM (qemu TCG, a kernel of its own: swap, sysctls, THP, NVMe, reboots,
+  memory limits and OOM kills) or a container (systemd-nspawn, systemd only, native speed).
+  A module says which it needs in `HOST_KIND` ("vm" unless it says "container"); the
+  fixtures below start hosts of that kind.
 - `lab_host`: a fresh host per test (a qcow2 overlay: seconds plus a boot), removed afterwards.
 - `shared_lab_host`: one fresh host per module, shared by that module's tests.
 - `main_host`: a fresh host with the vLLM stand-in, shared by the modules in MAIN_HOST_MODULES:
   test_main_deploy.py provisions it, the modules after it deploy their own data on it.
 - `lab_fleet`: three fresh hosts with the stand-in, shared by the modules in FLEET_MODULES.
-- `lab_host_factory(os_name=..., cgroup=...)`: fresh hosts of other kinds.
+- `lab_host_factory(os_name=..., cgroup=..., kind=...)`: fresh hosts of other kinds.
 - `run_deploy(host_or_hosts, data=None, deploy=..., extra=())` (`module_run_deploy` for module
   fixtures): the pyinfra CLI on a temporary
   inventory holding those hosts with the lab data plus `data`; returns a PyinfraRun.
@@ -67,7 +71,7 @@ def lab_entry(name: str, lab_host: LabHost, data: dict) -> tuple[str, dict]:
 LAB_CPUS = 1
 LANES = {
     "lane-a": ("test_main_deploy.py", "test_bad_input.py", "test_doctor_smoke.py", "test_security.py",
-               "test_monitoring.py", "test_rollout.py", "test_verify.py", "test_vllm_service.py[v2]"),
+               "test_monitoring.py", "test_rollout.py", "test_verify.py", "test_vllm_service.py[v2]", "test_vllm_service.py[container]"),
     "lane-b": ("test_swap.py", "test_faults.py", "test_kernel.py[debian12]",
                "test_vllm_service.py[v1]", "test_watchdog.py", "test_vllm_install.py"),
     # Debian 11 and 13: `make e2e-releases`, not `make test` (marker other_release).
@@ -213,14 +217,23 @@ def lab(tmp_path_factory) -> Lab:
     shutil.rmtree(directory, ignore_errors=True)
 
 
+def host_kind(module) -> str:
+    """The kind of lab host a test module needs: its HOST_KIND, a VM unless it says otherwise."""
+    kind = getattr(module, "HOST_KIND", "vm")
+    if kind not in ("vm", "container"):
+        raise ValueError(f"{module.__name__}: HOST_KIND is {kind!r}; 'vm' or 'container'")
+    return kind
+
+
 class _Factory:
-    def __init__(self, lab: Lab, prefix: str):
+    def __init__(self, lab: Lab, prefix: str, kind: str):
         self.lab = lab
         self.prefix = prefix
+        self.kind = kind
         self.started: list[LabHost] = []
 
-    def __call__(self, os_name: str = "debian12", cgroup: str = "v2", count: int = 1):
-        hosts = self.lab.up(count, os_name=os_name, cgroup=cgroup, prefix=self.prefix)
+    def __call__(self, os_name: str = "debian12", cgroup: str = "v2", count: int = 1, kind: str | None = None):
+        hosts = self.lab.up(count, os_name=os_name, cgroup=cgroup, prefix=self.prefix, kind=kind or self.kind)
         self.started.extend(hosts)
         return hosts[0] if count == 1 else hosts
 
@@ -231,7 +244,7 @@ class _Factory:
 
 @pytest.fixture
 def lab_host_factory(lab, request):
-    factory = _Factory(lab, prefix=f"t{abs(hash(request.node.nodeid)) % 10000}x")
+    factory = _Factory(lab, prefix=f"t{abs(hash(request.node.nodeid)) % 10000}x", kind=host_kind(request.module))
     yield factory
     factory.cleanup()
 
@@ -243,7 +256,7 @@ def lab_host(lab_host_factory) -> LabHost:
 
 @pytest.fixture(scope="module")
 def shared_lab_host(lab, request) -> LabHost:
-    factory = _Factory(lab, prefix=f"m{abs(hash(request.module.__name__)) % 10000}x")
+    factory = _Factory(lab, prefix=f"m{abs(hash(request.module.__name__)) % 10000}x", kind=host_kind(request.module))
     lab_host = factory()
     yield lab_host
     factory.cleanup()
