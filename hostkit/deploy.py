@@ -68,12 +68,16 @@ def vllm_host() -> None:
     # The GPU check comes first: nothing is (re)started on a host whose driver is broken.
     gpu.verify_gpu(name="Check the GPU driver", profile=profile)
     driver_hold.hold_driver_packages(name="Hold the NVIDIA driver packages", profile=profile)
-    if plan.nvme is not None:
-        swap.prepare_nvme(name=f"Prepare NVMe {plan.nvme.device} at {plan.nvme.mount}", plan=plan.nvme, profile=profile,
-                          _timeout=swap.NVME_PREPARE_DEADLINE_S)
-    swap.swap_file(name="Swap file on NVMe", plan=plan.swap, profile=profile, _timeout=swap.swap_deadline_s(plan.swap))
-    kernel.sysctl_settings(name="Kernel memory sysctls", plan=plan.kernel, profile=profile)
-    kernel.transparent_hugepages(name="Transparent hugepages", plan=plan.kernel, profile=profile)
+    # A container's host owns its NVMe, swap, sysctl and THP (plans.HOST_SETTINGS): from inside,
+    # swapon and /proc/sys writes are refused, and a swap file left there is its host's to keep.
+    if not plan.left_to_host:
+        if plan.nvme is not None:
+            swap.prepare_nvme(name=f"Prepare NVMe {plan.nvme.device} at {plan.nvme.mount}", plan=plan.nvme,
+                              profile=profile, _timeout=swap.NVME_PREPARE_DEADLINE_S)
+        swap.swap_file(name="Swap file on NVMe", plan=plan.swap, profile=profile,
+                       _timeout=swap.swap_deadline_s(plan.swap))
+        kernel.sysctl_settings(name="Kernel memory sysctls", plan=plan.kernel, profile=profile)
+        kernel.transparent_hugepages(name="Transparent hugepages", plan=plan.kernel, profile=profile)
     # Before the vLLM unit: a host whose vLLM fails to start is the one to watch.
     monitoring.monitoring(name="Memory monitoring", profile=profile)
     if plan.vllm.enabled:

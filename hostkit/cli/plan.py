@@ -1,7 +1,9 @@
 """`hostkit plan`: what hostkit would do to each host, without changing anything.
 
-Exit status: 0 when every host has a plan, 1 when a host's plan cannot work (vLLM would
-refuse to start, the swap file does not fit), 2 for bad input (inventory data, facts file).
+Exit status (hostkit.cli.exit_codes): 0 when every host has a plan, 1 when a host's plan
+cannot work (vLLM would refuse to start, the swap file does not fit) or the deploy would
+refuse the host (a driver below the CUDA build's floor), 2 for bad input (inventory data,
+facts file) or a host without facts (unreachable).
 """
 
 from __future__ import annotations
@@ -14,9 +16,19 @@ from typing import Any
 import click
 from pydantic import ValidationError
 
+from hostkit.cli.exit_codes import CONTRACT, EXIT_OK, exit_status
 from hostkit.plan.planner import PlanError, masked_env, plan_host
 from hostkit.plan.planning_facts import PlanningFacts
-from hostkit.plan.plans import SYSCTL_FILE, THP_UNIT, VLLM_ENV_FILE, VLLM_UNIT, HostPlan, VllmRuntimePlan, VllmSizing
+from hostkit.plan.plans import (
+    SYSCTL_FILE,
+    THP_UNIT,
+    VLLM_ENV_FILE,
+    VLLM_UNIT,
+    HostPlan,
+    VllmRuntimePlan,
+    VllmSizing,
+    left_to_host,
+)
 from hostkit.profile.host_profile import HostProfile, ProfileError, load_inventory, validate_inventory
 from hostkit.profile.sizes import format_size
 from hostkit.units.vllm_unit import service_environment
@@ -24,6 +36,10 @@ from hostkit.units.vllm_unit import service_environment
 
 class InputError(click.ClickException):
     exit_code = 2
+
+
+# How the planner words a warning about what the deploy will refuse (hostkit.plan.planner).
+DEPLOY_REFUSES = "the deploy will refuse this host: "
 
 
 def load_facts_file(path: str) -> dict[str, PlanningFacts]:
@@ -70,24 +86,25 @@ def plan_all(profiles: dict[str, HostProfile], facts: dict[str, PlanningFacts]) 
 
 
 def plan_as_json(plan: HostPlan) -> dict[str, Any]:
-    data = plan.model_dump(mode="json")
+    # Keys only a container's plan sets are left out elsewhere: a VM's JSON reads as it always did.
+    absent: dict[str, Any] = {}
+    if plan.container is None:
+        absent["container"] = True
+    if plan.vllm.memory_limit_unapplied is None:
+        absent["vllm"] = {"memory_limit_unapplied"}
+    data = plan.model_dump(mode="json", exclude=absent)
+    if plan.container is not None:
+        data["left_to_host"] = list(plan.left_to_host)
     data["vllm"]["env"] = masked_env(service_environment(plan.vllm))
     return data
 
 
 def plan_as_text(plan: HostPlan) -> str:
     lines = [f"== {plan.host}"]
-    if plan.nvme is not None:
-        lines.append(f"nvme      {plan.nvme.device}: {plan.nvme.fstype} at {plan.nvme.mount} (formatted only if blank)")
-    swap = plan.swap
-    if swap.enabled:
-        lines.append(f"swap      {swap.path}  {format_size(swap.size_bytes)}  priority {swap.priority}")
+    if plan.container is not None:
+        lines.extend(f"{setting:<10}{left_to_host(plan.container)}" for setting in plan.left_to_host)
     else:
-        lines.append("swap      none")
-    lines.append(f"          {swap.reason}")
-    sysctl = "  ".join(f"{name} = {value}" for name, value in sorted(plan.kernel.sysctl.items()))
-    lines.append(f"sysctl    {sysctl}  ({SYSCTL_FILE}, conflicts: {plan.kernel.sysctl_conflicts})")
-    lines.append(f"thp       enabled = {plan.kernel.thp_enabled}  defrag = {plan.kernel.thp_defrag}  ({THP_UNIT})")
+        lines.extend(_host_setting_lines(plan))
     vllm = plan.vllm
     if not vllm.enabled:
         lines.append("vllm      disabled")
@@ -113,6 +130,23 @@ def plan_as_text(plan: HostPlan) -> str:
     lines.extend(f"WARNING   {warning}" for warning in plan.warnings)
     lines.extend(f"note      {note}" for note in plan.notes)
     return "\n".join(lines)
+
+
+def _host_setting_lines(plan: HostPlan) -> list[str]:
+    """NVMe, swap, sysctl and THP, as hostkit sets them on a VM or bare metal."""
+    lines = []
+    if plan.nvme is not None:
+        lines.append(f"nvme      {plan.nvme.device}: {plan.nvme.fstype} at {plan.nvme.mount} (formatted only if blank)")
+    swap = plan.swap
+    if swap.enabled:
+        lines.append(f"swap      {swap.path}  {format_size(swap.size_bytes)}  priority {swap.priority}")
+    else:
+        lines.append("swap      none")
+    lines.append(f"          {swap.reason}")
+    sysctl = "  ".join(f"{name} = {value}" for name, value in sorted(plan.kernel.sysctl.items()))
+    lines.append(f"sysctl    {sysctl}  ({SYSCTL_FILE}, conflicts: {plan.kernel.sysctl_conflicts})")
+    lines.append(f"thp       enabled = {plan.kernel.thp_enabled}  defrag = {plan.kernel.thp_defrag}  ({THP_UNIT})")
+    return lines
 
 
 def runtime_lines(runtime: VllmRuntimePlan | None) -> list[str]:
@@ -159,7 +193,7 @@ def _sizing_lines(s: VllmSizing) -> list[str]:
     return lines
 
 
-@click.command("plan")
+@click.command("plan", epilog=CONTRACT)
 @click.argument("inventory", type=click.Path(exists=True, dir_okay=False))
 @click.option("--limit", multiple=True, help="Only these hosts or groups (pyinfra --limit patterns); repeatable.")
 @click.option("--format", "output_format", type=click.Choice(["table", "json"]), default="table", show_default=True)
@@ -181,10 +215,16 @@ def plan(inventory: str, limit: tuple[str, ...], output_format: str, facts_file:
     facts = load_facts_file(facts_file) if facts_file else _gather(inventory, limit)
     plans, problems = plan_all(profiles, facts)
 
+    # The deploy refuses these hosts at execute time: they fail the plan as a refused plan does.
+    refusals = [f"host {name}: {warning}" for name, p in plans.items() for warning in p.warnings
+                if warning.startswith(DEPLOY_REFUSES)]
+    unreachable = [name for name in profiles if name not in facts]
+    status = exit_status(bool(problems or refusals), bool(unreachable))
     if output_format == "json":
-        click.echo(json.dumps({name: plan_as_json(p) for name, p in plans.items()}, indent=2))
+        click.echo(json.dumps({"ok": status == EXIT_OK, "exit_code": status, "problems": problems + refusals,
+                               "hosts": {name: plan_as_json(p) for name, p in plans.items()}}, indent=2))
     elif plans:
         click.echo("\n\n".join(plan_as_text(p) for p in plans.values()))
-    if problems:
-        click.echo("cannot plan:\n" + "\n".join(problems), err=True)
-        sys.exit(1)
+    if problems or refusals:
+        click.echo("cannot plan:\n" + "\n".join(problems + refusals), err=True)
+    sys.exit(status)

@@ -623,6 +623,23 @@ def collector_metrics(ctx: Context) -> Iterator[Finding]:
     yield Finding("monitoring-summary", Severity.INFO, "hostkit's collector: " + "; ".join(facts) + ".", "", evidence)
 
 
+def memory_limit_unapplied(ctx: Context) -> Iterator[Finding]:
+    """A MemoryMax= that systemd accepts and the kernel does not apply (hostkit.facts.platform
+    says why: a container whose host keeps the memory controller from it)."""
+    unit, platform = ctx.inputs.unit, ctx.inputs.platform
+    if platform is None or not platform.memory_limit_unapplied or not unit.loaded or unit.max_bytes is None:
+        return
+    where = f"in this {platform.container} container" if platform.container else "on this host"
+    yield Finding(
+        "memory-limit-unapplied", Severity.WARNING,
+        f"{ctx.unit}'s MemoryMax={format_size(unit.max_bytes)} is accepted by systemd but the kernel does not "
+        f"apply it {where}: {platform.memory_limit_unapplied}. vLLM can grow until the host runs out of memory.",
+        "Limit the container's memory on its host (LXC: limits.memory; systemd-nspawn: MemoryMax= on the "
+        "container's unit there, on a cgroup v2 host), or run vLLM on a VM, where hostkit's limit holds.",
+        {"memory_max_bytes": unit.max_bytes, "container": platform.container},
+    )
+
+
 RULES: tuple[Rule, ...] = (
     commands_timed_out,
     unit_state,
@@ -632,6 +649,7 @@ RULES: tuple[Rule, ...] = (
     no_swap,
     swap_almost_full,
     memory_limit,
+    memory_limit_unapplied,
     shared_gpu_utilization,
     gpu_held_outside_vllm,
     long_context_chunking,

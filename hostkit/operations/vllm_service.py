@@ -158,7 +158,9 @@ def service_changes(current: VllmServiceState, unit_text: str, env_text: str) ->
 def memory_limit_problem(plan: VllmPlan, current: VllmServiceState) -> str | None:
     """Why the unit's cgroup does not enforce plan.memory_max_bytes, or None."""
     wanted = plan.memory_max_bytes
-    if wanted is None:
+    if wanted is None or plan.memory_limit_unapplied:
+        # None also in a container whose kernel does not apply the limit: the plan warned, and
+        # only the container's host can limit vLLM there.
         return None
     effective = current.memory_limit_bytes
     knob = "memory.limit_in_bytes" if plan.cgroup_version == 1 else "memory.max"

@@ -49,6 +49,7 @@ from hostkit.plan.plans import (
     VllmPlan,
     VllmRuntimePlan,
     VllmSizing,
+    left_to_host,
 )
 from hostkit.profile.host_profile import HostProfile, mask
 from hostkit.profile.sizes import GIB, MIB, format_size
@@ -121,28 +122,36 @@ class _Findings:
 def plan_host(profile: HostProfile, facts: PlanningFacts, host_name: str = "this host") -> HostPlan:
     """The plan for one host; PlanError lists everything that cannot work."""
     found = _Findings(host_name)
-    nvme = _plan_nvme(profile, facts, found)
-    swap = _plan_swap(profile, facts, nvme, found)
-    kernel = KernelPlan(
-        sysctl=dict(profile.sysctl),
-        sysctl_conflicts=profile.sysctl_conflicts,
-        thp_enabled=profile.thp_enabled,
-        thp_defrag=profile.thp_defrag,
-    )
-    for key, value in profile.sysctl.items():
+    container = facts.platform.container if facts.platform is not None else None
+    if container:
+        # The container's host owns these (HOST_SETTINGS): nothing of them is planned or checked.
+        nvme = None
+        swap = SwapPlan(enabled=False, priority=profile.swap_priority, reason=left_to_host(container))
+        kernel = KernelPlan(sysctl={}, sysctl_conflicts=profile.sysctl_conflicts)
+    else:
+        nvme = _plan_nvme(profile, facts, found)
+        swap = _plan_swap(profile, facts, nvme, found)
+        kernel = KernelPlan(
+            sysctl=dict(profile.sysctl),
+            sysctl_conflicts=profile.sysctl_conflicts,
+            thp_enabled=profile.thp_enabled,
+            thp_defrag=profile.thp_defrag,
+        )
+    for key, value in kernel.sysctl.items():
         problem = sysctl_values.value_problem(key, value, facts.kernel_release, facts.sysctl_live)
         if problem:
             found.refuse(f"sysctl[{key!r}]", problem)
     vllm = _plan_vllm(profile, facts, nvme, swap, found)
     if facts.platform is not None:
-        warnings, notes = platform_findings(profile, facts.platform, swap.enabled)
+        warnings, notes = platform_findings(profile, facts.platform, swap.enabled, kernel_settings=not container)
         found.warnings.extend(warnings)
         found.notes.extend(notes)
     if found.issues:
         raise PlanError(found.issues)
     found.notes.extend(unit_notes(vllm))
     return HostPlan(
-        host=host_name, nvme=nvme, swap=swap, kernel=kernel, vllm=vllm, warnings=found.warnings, notes=found.notes
+        host=host_name, nvme=nvme, swap=swap, kernel=kernel, vllm=vllm, warnings=found.warnings, notes=found.notes,
+        container=container,
     )
 
 
@@ -330,7 +339,23 @@ def _plan_vllm(
         hardening=p.vllm_hardening,
         sizing=sizing,
         runtime=_runtime_plan(p, facts, found),
+        memory_limit_unapplied=_memory_limit_unapplied(facts, memory_max, found),
     )
+
+
+def _memory_limit_unapplied(facts: PlanningFacts, memory_max: int | None, found: _Findings) -> str | None:
+    """Why a container's kernel will not apply MemoryMax=, warned about; None elsewhere. On a VM
+    or bare metal hostkit owns the kernel: an unapplied limit there stays a failure to fix."""
+    platform = facts.platform
+    if memory_max is None or platform is None or not platform.container or not platform.memory_limit_unapplied:
+        return None
+    found.warnings.append(
+        f"MemoryMax {format_size(memory_max)} is accepted by systemd but not applied by the kernel in this "
+        f"{platform.container} container: {platform.memory_limit_unapplied}. Only a limit that the container's "
+        "host sets on the whole container holds vLLM's memory (LXC: limits.memory; systemd-nspawn: MemoryMax= "
+        "on the container's unit on its host)"
+    )
+    return platform.memory_limit_unapplied
 
 
 def _runtime_plan(p: HostProfile, facts: PlanningFacts, found: _Findings) -> VllmRuntimePlan:

@@ -13,6 +13,14 @@ SYSCTL_FILE = "/etc/sysctl.d/99-zz-vllm-hostkit.conf"
 VLLM_ENV_FILE = "/etc/vllm-hostkit/vllm.env"
 # vLLM's caches (Hugging Face, torch.compile) where the host has no NVMe mount for them.
 DEFAULT_CACHE_DIR = "/var/cache/vllm"
+# What a container's own host sets for it: a container shares its host's kernel (sysctl, THP,
+# swap) and sees only the disks its host gives it. The plan of a container leaves them out.
+HOST_SETTINGS = ("nvme", "swap", "sysctl", "thp")
+
+
+def left_to_host(container: str) -> str:
+    """Why a container's plan leaves out a setting of HOST_SETTINGS."""
+    return f"left to the container's host ({container} container)"
 
 
 def _profile_default(key: str):
@@ -110,6 +118,9 @@ class VllmPlan(_Plan):
     hardening: str = _profile_default("vllm_hardening")  # "standard" | "strict"
     sizing: VllmSizing | None = None  # None when the model or the GPUs are unknown
     runtime: VllmRuntimePlan | None = None
+    # In a container whose kernel will not apply MemoryMax= (hostkit.facts.platform says why):
+    # the plan warns, and the readiness gate and verify do not hold the unapplied limit against it.
+    memory_limit_unapplied: str | None = None
 
 
 class HostPlan(_Plan):
@@ -120,3 +131,11 @@ class HostPlan(_Plan):
     vllm: VllmPlan
     warnings: list[str] = Field(default_factory=list)  # something may go wrong: read before deploying
     notes: list[str] = Field(default_factory=list)  # why values are what they are
+    # The container the host is ("systemd-nspawn", "lxc"...); None: a VM or bare metal. A
+    # container's HOST_SETTINGS are its host's: no NVMe, swap off and no sysctl or THP in the
+    # plan, and the deploy and verify leave them alone.
+    container: str | None = None
+
+    @property
+    def left_to_host(self) -> tuple[str, ...]:
+        return HOST_SETTINGS if self.container else ()

@@ -43,8 +43,10 @@ def tuned_conflicts(platform: PlatformInfo, sysctl: dict[str, str], thp_enabled:
     return found
 
 
-def platform_findings(profile: Any, platform: PlatformInfo, swap_enabled: bool) -> tuple[list[str], list[str]]:
-    """(warnings, notes) for one host."""
+def platform_findings(profile: Any, platform: PlatformInfo, swap_enabled: bool,
+                      kernel_settings: bool = True) -> tuple[list[str], list[str]]:
+    """(warnings, notes) for one host. `kernel_settings` False: hostkit sets no sysctl or THP
+    there (a container: its host owns them), so tuned's values are not compared with the profile's."""
     warnings: list[str] = []
     notes: list[str] = []
     if platform.python is None:
@@ -58,7 +60,8 @@ def platform_findings(profile: Any, platform: PlatformInfo, swap_enabled: bool) 
     if platform.selinux != "disabled" and swap_enabled:
         notes.append(f"SELinux {platform.selinux}: the swap file gets the {SWAP_FILE_SELINUX_TYPE} label "
                      "(without it swapon at boot is denied, and the fstab line's nofail hides that)")
-    warnings.extend(tuned_conflicts(platform, profile.sysctl, profile.thp_enabled, profile.thp_defrag))
+    if kernel_settings:
+        warnings.extend(tuned_conflicts(platform, profile.sysctl, profile.thp_enabled, profile.thp_defrag))
     if platform.tuned_missing:
         warnings.append(f"tuned profile(s) {', '.join(platform.tuned_missing)} not found on the host: "
                         "their settings were not checked against hostkit's")

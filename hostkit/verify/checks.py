@@ -29,7 +29,17 @@ from hostkit.operations.monitoring import wanted_files
 from hostkit.operations.swap import swap_fstab_line, swap_state
 from hostkit.operations.vllm_service import ENV_FILE_STAT, memory_limit_problem, text_sha256
 from hostkit.operations.watchdog import SCRIPT_PATH, WATCHDOG_UNIT, WATCHDOG_UNIT_PATH, watchdog_plan
-from hostkit.plan.plans import SYSCTL_FILE, THP_UNIT, VLLM_ENV_FILE, VLLM_UNIT, HostPlan, KernelPlan, SwapPlan, VllmPlan
+from hostkit.plan.plans import (
+    SYSCTL_FILE,
+    THP_UNIT,
+    VLLM_ENV_FILE,
+    VLLM_UNIT,
+    HostPlan,
+    KernelPlan,
+    SwapPlan,
+    VllmPlan,
+    left_to_host,
+)
 from hostkit.profile.sizes import MIB, format_size
 from hostkit.facts.kernel_log import KernelLog
 from hostkit.verify.probes import Probes, VllmProcess
@@ -41,22 +51,37 @@ SWAP_SIZE_TOLERANCE = 1 * MIB
 AREAS = ("swap", "kernel", "gpu", "vllm", "oom", "monitoring")
 
 
+PASS, FAIL, NOT_APPLICABLE = "pass", "fail", "not applicable"
+
+
 @dataclass(frozen=True)
 class CheckResult:
     area: str  # one of AREAS
     name: str
-    ok: bool
+    ok: bool  # False: a failure. A check that does not apply is no failure: ok, with the reason below
     expected: str
     actual: str
     fix: str = ""
+    # Why the check does not apply to this host (a container's host owns the setting); "": it applies.
+    not_applicable: str = ""
+
+    @property
+    def status(self) -> str:
+        return FAIL if not self.ok else NOT_APPLICABLE if self.not_applicable else PASS
 
     def message(self) -> str:
+        if self.not_applicable:
+            return f"{self.name}: not applicable: {self.not_applicable}"
         text = f"{self.name}: expected {self.expected}; actual {self.actual}"
         return text + (f"; fix: {self.fix}" if self.fix and not self.ok else "")
 
 
 def _check(area: str, name: str, ok: bool, expected: str, actual: str, fix: str) -> CheckResult:
     return CheckResult(area, name, bool(ok), expected, actual, fix)
+
+
+def not_applicable(area: str, name: str, expected: str, reason: str) -> CheckResult:
+    return CheckResult(area, name, True, expected, reason, not_applicable=reason)
 
 
 def redeploy(host: str) -> str:
@@ -130,6 +155,17 @@ def swap_checks(plan: SwapPlan, storage: StorageInfo, host: str, swap_dir: str =
                           redeploy(host)))
     results.append(strays)
     return results
+
+
+def host_setting_checks(container: str) -> list[CheckResult]:
+    """A container's NVMe, swap, sysctl and THP (plans.HOST_SETTINGS): its host's, not checked."""
+    reason = left_to_host(container)
+    return [not_applicable(area, name, expected, reason) for area, name, expected in (
+        ("swap", "NVMe", "a blank nvme_device formatted and mounted at nvme_mount"),
+        ("swap", "swap", "the swap file as planned: active, in fstab, on NVMe"),
+        ("kernel", "sysctl", f"the profile's sysctl values live and in {SYSCTL_FILE}"),
+        ("kernel", "THP", f"thp_enabled and thp_defrag live and kept by {THP_UNIT}"),
+    )]
 
 
 # -- kernel --------------------------------------------------------------------------------
@@ -285,7 +321,12 @@ def _process_checks(plan: VllmPlan, service: Any, process: VllmProcess | None, s
         return [_check("vllm", "server process", False, f"{VLLM_UNIT} has a main process",
                        f"none ({state})", f"systemctl start {VLLM_UNIT}; read {logs}")]
     results = []
-    if plan.memory_max_bytes is not None:
+    if plan.memory_max_bytes is not None and plan.memory_limit_unapplied:
+        # The plan's warning says so, and the report shows it: a container's host must limit it.
+        results.append(not_applicable("vllm", "memory limit in force",
+                                      f"the unit's cgroup limited to {plan.memory_max_bytes} bytes",
+                                      f"the kernel does not apply it here: {plan.memory_limit_unapplied}"))
+    elif plan.memory_max_bytes is not None:
         problem = memory_limit_problem(plan, service)
         results.append(_check("vllm", "memory limit in force", problem is None,
                               f"the unit's cgroup limited to {plan.memory_max_bytes} bytes",
@@ -461,9 +502,13 @@ def release_checks(profile: Any, plan: VllmPlan, state: Any, gpu: Any, host: str
 def check_host(profile: Any, plan: HostPlan, snapshot: Any, probes: Probes) -> list[CheckResult]:
     """Every check of one host, in the order of AREAS."""
     host = plan.host
+    if plan.container is not None:
+        host_settings = host_setting_checks(plan.container)
+    else:
+        host_settings = [*swap_checks(plan.swap, snapshot.storage, host, profile.swap_dir),
+                         *kernel_checks(plan.kernel, snapshot.kernel, snapshot.system.kernel_cmdline, host)]
     return [
-        *swap_checks(plan.swap, snapshot.storage, host, profile.swap_dir),
-        *kernel_checks(plan.kernel, snapshot.kernel, snapshot.system.kernel_cmdline, host),
+        *host_settings,
         *gpu_checks(profile, snapshot.gpu),
         *deadline_checks(snapshot.vllm),
         *vllm_checks(plan.vllm, snapshot.vllm, probes, host),

@@ -6,6 +6,7 @@ import json
 from collections.abc import Sequence
 from xml.etree import ElementTree
 
+from hostkit.verify.checks import NOT_APPLICABLE, PASS, CheckResult
 from hostkit.verify.runner import HostReport
 
 EXIT_OK = 0
@@ -34,10 +35,12 @@ def summary(reports: Sequence[HostReport]) -> str:
 def to_text(reports: Sequence[HostReport], verbose: bool = False) -> str:
     lines = []
     for report in reports:
-        passed = sum(check.ok for check in report.checks)
+        passed = sum(check.status == PASS for check in report.checks)
+        skipped = sum(check.status == NOT_APPLICABLE for check in report.checks)
         commands = ", ".join(f"{name} {seconds:.1f}s" for name, seconds in report.command_seconds.items())
         lines.append(
-            f"{report.name}: {_status(report)} ({passed}/{len(report.checks)} checks passed; "
+            f"{report.name}: {_status(report)} ({passed}/{len(report.checks) - skipped} checks passed"
+            f"{f', {skipped} not applicable' if skipped else ''}; "
             f"{report.remote_commands} remote commands{': ' + commands if commands else ''}; "
             f"{report.seconds:.1f}s in all)"
         )
@@ -46,6 +49,8 @@ def to_text(reports: Sequence[HostReport], verbose: bool = False) -> str:
         for check in report.checks:
             if not check.ok:
                 lines.append(f"  FAIL  [{check.area}] {check.message()}")
+            elif check.not_applicable:
+                lines.append(f"  n/a   [{check.area}] {check.message()}")
             elif verbose:
                 lines.append(f"  ok    [{check.area}] {check.name}: {check.actual}")
         lines.extend(f"  WARN  {warning}" for warning in report.warnings)
@@ -69,11 +74,7 @@ def to_json(reports: Sequence[HostReport]) -> str:
                     "seconds": round(report.seconds, 3),
                     "command_seconds": {name: round(sec, 3) for name, sec in report.command_seconds.items()},
                     "warnings": report.warnings,
-                    "checks": [
-                        {"area": c.area, "name": c.name, "ok": c.ok, "expected": c.expected,
-                         "actual": c.actual, "fix": c.fix}
-                        for c in report.checks
-                    ],
+                    "checks": [_check_json(c) for c in report.checks],
                 }
                 for report in reports
             ],
@@ -82,13 +83,23 @@ def to_json(reports: Sequence[HostReport]) -> str:
     ) + "\n"
 
 
+def _check_json(check: CheckResult) -> dict:
+    data = {"area": check.area, "name": check.name, "ok": check.ok, "expected": check.expected,
+            "actual": check.actual, "fix": check.fix}
+    # Only a check that does not apply says more: ok (no failure), and why it was not checked.
+    if check.not_applicable:
+        data.update(status=NOT_APPLICABLE, reason=check.not_applicable)
+    return data
+
+
 def to_junit(reports: Sequence[HostReport]) -> str:
     root = ElementTree.Element("testsuites", name="hostkit verify")
     for report in reports:
         failures = len(report.failures)
+        skipped = sum(check.status == NOT_APPLICABLE for check in report.checks)
         suite = ElementTree.SubElement(
             root, "testsuite", name=report.name, tests=str(max(1, len(report.checks))),
-            failures=str(failures), errors=str(0 if report.reachable else 1), skipped="0",
+            failures=str(failures), errors=str(0 if report.reachable else 1), skipped=str(skipped),
             time=f"{report.seconds:.3f}",
         )
         properties = ElementTree.SubElement(suite, "properties")
@@ -100,6 +111,8 @@ def to_junit(reports: Sequence[HostReport]) -> str:
             case = ElementTree.SubElement(suite, "testcase", classname=f"{report.name}.{check.area}", name=check.name)
             if not check.ok:
                 ElementTree.SubElement(case, "failure", message=check.message()).text = check.message()
+            elif check.not_applicable:
+                ElementTree.SubElement(case, "skipped", message=check.not_applicable)
             else:
                 ElementTree.SubElement(case, "system-out").text = check.actual
     ElementTree.indent(root)
