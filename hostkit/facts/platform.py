@@ -140,18 +140,6 @@ def _memory_limit_unapplied(lines: list[str] | None) -> str | None:
     return None
 
 
-def _container(lines: list[str]) -> str | None:
-    """`SOURCE NAME` (hostkit/remote/platform.sh); systemd-detect-virt says `none` outside one."""
-    words = next((line.split() for line in lines if line.strip()), [])
-    name = words[1] if len(words) > 1 else None
-    return None if name in (None, "none") else name
-
-
-def _memory_limit_unapplied(lines: list[str] | None) -> str | None:
-    if lines is None:  # an older script, or a recording made before this part
-        return None
-
-
 def _selinux(lines: list[str]) -> str:
     value = next((line[len("enforce="):].strip() for line in lines if line.startswith("enforce=")), None)
     return {"1": "enforcing", "0": "permissive"}.get(value or "", "disabled")
