@@ -362,7 +362,7 @@ def parse_gpus(lines: list[str] | None, unit_cgroup: str) -> tuple[tuple[GpuMemo
             other_mib=sum(holder.used_mib for holder in holders),
             others=holders,
         ))
-    return tuple(gpus), "\n".join(filter(None, (facts.nvidia_smi_error, facts.processes_error))) or None
+    return tuple(gpus), "; ".join(filter(None, (facts.nvidia_smi_error, facts.processes_error))) or None
 
 
 def parse_collector_metrics(lines: list[str] | None) -> CollectorMetrics | None:

@@ -755,9 +755,11 @@ class SshSettings:
         if strict is not None:
             # pyinfra takes booleans and "off" as well as OpenSSH's words.
             strict = "no" if strict in (False, "off") else "yes" if strict is True else str(strict)
+        from hostkit.fleet.connectors import ssh_address
+
         key, known_hosts = data.get("ssh_key"), data.get("ssh_known_hosts_file")
         return cls(
-            hostname=str(data.get("ssh_hostname") or name),
+            hostname=ssh_address(name, data),
             port=int(data["ssh_port"]) if data.get("ssh_port") else None,
             user=str(data["ssh_user"]) if data.get("ssh_user") else None,
             key=os.path.expanduser(str(key)) if key else None,

@@ -20,11 +20,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from hostkit.fleet.connectors import is_local, ssh_address, uses_ssh
+from hostkit.operations.callbacks import connector_arguments
 from hostkit.profile.host_profile import HostProfile
 from hostkit.rollout import probe as probe_module
 from hostkit.rollout.pyinfra_batch import limit_args
 from hostkit.rollout.report import RELEASE_CHECK, GateCheck, GateResult
 from hostkit.vllm import http_request as http_request_module
+from hostkit.vllm.readiness import probe_address
 
 
 def host_source(module) -> str:
@@ -56,23 +59,20 @@ def direct_base_url(name: str, data: Mapping[str, Any], profile: HostProfile) ->
     a loopback ssh address is the controller itself (a port forward to sshd, say), and
     a server bound to loopback is only reachable on its host."""
     bind = profile.vllm_host
-    if name == "@local":
-        address = "127.0.0.1"
-    elif name.startswith("@") and not name.startswith("@ssh/"):
+    if is_local(name):
+        return host_base_url(profile)  # the host is the controller
+    if not uses_ssh(name):
         return None  # docker, chroot, ...: the connector is the way in
-    else:
-        address = str(data.get("ssh_hostname") or name.removeprefix("@ssh/"))
-        if _is_loopback(address) or _is_loopback(bind):
-            return None
+    address = ssh_address(name, data)
+    if _is_loopback(address) or _is_loopback(bind):
+        return None
     target = address if bind in ("0.0.0.0", "::") else bind
     return f"http://{_url_host(target)}:{profile.vllm_port}"
 
 
 def host_base_url(profile: HostProfile) -> str:
     """The server's URL from the host itself."""
-    bind = profile.vllm_host
-    address = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(bind, bind)
-    return f"http://{_url_host(address)}:{profile.vllm_port}"
+    return f"http://{_url_host(probe_address(profile.vllm_host))}:{profile.vllm_port}"
 
 
 def _answers(base_url: str) -> bool:
@@ -174,7 +174,7 @@ def run_script_on_host(host, source: str, args: Mapping[str, Any], stdin: str, t
     """Run a standard-library script (probe.py, idle.py) with `python3 -c` through the host's
     own pyinfra connection and its sudo/su/env settings; (its last stdout line as JSON, None)
     or (None, what went wrong)."""
-    from pyinfra.api.arguments import CONNECTOR_ARGUMENT_KEYS, pop_global_arguments
+    from pyinfra.api.arguments import pop_global_arguments
     from pyinfra.api.command import QuoteString, StringCommand
     from pyinfra.context import ctx_host, ctx_state
 
@@ -184,9 +184,9 @@ def run_script_on_host(host, source: str, args: Mapping[str, Any], stdin: str, t
     )
     with ctx_state.use(host.state), ctx_host.use(host):
         arguments, _ = pop_global_arguments(host.state, host, {"_stdin": stdin, "_timeout": int(timeout)})
-        connector_arguments = {k: v for k, v in arguments.items() if k in CONNECTOR_ARGUMENT_KEYS}
         try:
-            _, output = host.run_shell_command(command, print_output=False, print_input=False, **connector_arguments)
+            _, output = host.run_shell_command(command, print_output=False, print_input=False,
+                                               **connector_arguments(arguments))
         except (OSError, TimeoutError) as error:
             return None, f"{type(error).__name__} {error}".strip()
     try:

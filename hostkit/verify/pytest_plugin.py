@@ -3,7 +3,8 @@
 Each pyinfra host becomes a testinfra host with the same ssh settings (see
 hostkit.verify.targets), handed to testinfra as `--hosts`, so every testinfra test runs
 once per inventory host and its id carries the host name: `test_swap[paramiko://gpu-01]`.
-`--connection ssh` picks testinfra's ssh backend instead of paramiko.
+`--connection ssh` picks testinfra's ssh backend instead of paramiko. `@local` runs on this
+machine through testinfra's local backend (`test_swap[local]`).
 
 Fixtures: `hostkit_report`, the checks of the current host (gathered once per host and
 session, with the same two remote commands as `hostkit verify`), and `hostkit_target`.
@@ -56,7 +57,7 @@ def pytest_configure(config: pytest.Config) -> None:
     ssh_config = write_ssh_config(targets, Path(directory) / "ssh_config")
     connection = config.option.connection or "paramiko"
     config.option.hosts = ",".join(target.hostspec(connection, ssh_config) for target in targets)
-    config.stash[_TARGETS] = {target.alias: target for target in targets}
+    config.stash[_TARGETS] = {target.backend_hostname: target for target in targets}
     config.stash[_REPORTS] = {}
 
 

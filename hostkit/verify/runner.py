@@ -16,12 +16,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hostkit.facts.deadline import KILL_AFTER_S
 from hostkit.facts.snapshot import HostSnapshot, HostSnapshotFact
 from hostkit.plan.snapshot_facts import planning_facts
 from hostkit.plan.planner import PlanError, plan_host
 from hostkit.verify.checks import CheckResult, check_host
 from hostkit.verify.probes import Probes, parse_probes, probe_command
 from hostkit.verify.targets import Target, attach_paramiko, write_ssh_config
+
+
+# Each remote command's deadline: past the deadlines inside it (hostkit.facts.deadline), which
+# name what hung first; the probe's readiness wait comes on top.
+COMMAND_S = 300
 
 
 class GatherError(Exception):
@@ -52,22 +58,25 @@ class HostReport:
 
 
 class RemoteShell:
-    """Runs scripts through a testinfra host, counts and times them."""
+    """Runs scripts through a testinfra host (ssh or local), each within a deadline; counts and
+    times them."""
 
     def __init__(self, host: Any):
         self.host = host
         self.commands = 0
         self.seconds: dict[str, float] = {}
 
-    def run(self, script: str, what: str) -> list[str]:
+    def run(self, script: str, what: str, deadline_s: int = COMMAND_S) -> list[str]:
         self.commands += 1
         started = time.monotonic()
         try:
-            result = self.host.run("sh -c %s", script)
+            result = self.host.run("timeout -k %s %s sh -c %s", str(KILL_AFTER_S), str(deadline_s), script)
         except Exception as error:  # paramiko, socket and ssh-backend errors alike: the host is not reachable
             raise GatherError(f"cannot run the {what} command: {type(error).__name__}: {error}".strip()) from None
         finally:
             self.seconds[what] = time.monotonic() - started
+        if result.rc in (124, 137):
+            raise GatherError(f"the {what} command timed out after {deadline_s} s")
         if result.rc != 0:
             raise GatherError(f"the {what} command exited {result.rc}: {result.stderr.strip()[-500:]}")
         return result.stdout.splitlines()
@@ -90,7 +99,8 @@ def read_host(shell: RemoteShell, name: str, profile: Any, ready_timeout_s: int 
         plan = plan_host(profile, planning_facts(snapshot), host_name=name)
     except PlanError as error:
         return HostReadings(snapshot, None, None, str(error))
-    probes = parse_probes(shell.run(probe_command(plan.vllm, ready_timeout_s), "probe"))
+    wait = plan.vllm.ready_timeout_s if ready_timeout_s is None else ready_timeout_s
+    probes = parse_probes(shell.run(probe_command(plan.vllm, ready_timeout_s), "probe", COMMAND_S + wait))
     return HostReadings(snapshot, probes, plan, None)
 
 

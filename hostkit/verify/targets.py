@@ -1,5 +1,9 @@
 """pyinfra inventory hosts as testinfra hosts, with the same ssh settings.
 
+`@local` (pyinfra's local connector) becomes testinfra's local backend: the commands run on
+this machine, with sudo as `_sudo` asks, and give the same reports as over ssh. Other
+connectors than ssh and local are refused (hostkit.fleet.connectors reads the names).
+
 Each inventory host becomes a `Host` block of an ssh_config file (HostName, Port, User,
 IdentityFile and host key checking from its pyinfra `ssh_*` data) and a testinfra hostspec
 `<backend>://<name>?ssh_config=FILE`, so the testinfra id carries the pyinfra host name.
@@ -30,6 +34,7 @@ from urllib.parse import quote, urlencode
 
 import paramiko
 
+from hostkit.fleet.connectors import is_local, uses_ssh
 from hostkit.profile.host_profile import HostProfile, ProfileError, SshSettings, validate_inventory
 
 CONNECT_TIMEOUT_S = 30
@@ -50,6 +55,11 @@ class Target:
         """The name in the ssh_config file and the hostspec: the pyinfra name, URL-safe."""
         return quote(self.name, safe="._-")
 
+    @property
+    def backend_hostname(self) -> str:
+        """What the testinfra host's backend.get_hostname() says for this target."""
+        return "local" if is_local(self.name) else self.alias
+
     def ssh_config_block(self) -> str:
         ssh = SshSettings.from_data(self.name, self.data)
         options = [("HostName", ssh.hostname)]
@@ -69,11 +79,15 @@ class Target:
         return "\n".join(lines) + "\n"
 
     def hostspec(self, connection: str, ssh_config: str | Path) -> str:
-        params = {"ssh_config": str(ssh_config), "timeout": str(CONNECT_TIMEOUT_S)}
+        """`connection` (paramiko or ssh) for an ssh host; `@local` is always local."""
+        params = {}
         if self.data.get("_sudo"):
             params["sudo"] = "true"
             if self.data.get("_sudo_user"):
                 params["sudo_user"] = str(self.data["_sudo_user"])
+        if is_local(self.name):
+            return f"local://?{urlencode(params)}"
+        params.update(ssh_config=str(ssh_config), timeout=str(CONNECT_TIMEOUT_S))
         return f"{connection}://{self.alias}?{urlencode(params)}"
 
 
@@ -113,7 +127,7 @@ def _config_value(value: str) -> str:
 
 
 def write_ssh_config(targets: Sequence[Target], path: Path) -> Path:
-    path.write_text("".join(target.ssh_config_block() for target in targets))
+    path.write_text("".join(target.ssh_config_block() for target in targets if not is_local(target.name)))
     path.chmod(0o600)
     return path
 
@@ -122,6 +136,9 @@ def targets_from_hosts(hosts: Sequence[tuple[str, dict[str, Any]]]) -> list[Targ
     """Validated targets; InventoryError lists every invalid key of every host."""
     if not hosts:
         raise InventoryError("no host selected: check the inventory and --limit")
+    others = [name for name, _ in hosts if not (is_local(name) or uses_ssh(name))]
+    if others:
+        raise InventoryError(f"verify reaches hosts over ssh or @local, not through {', '.join(others)}")
     try:
         profiles = validate_inventory(hosts)
     except ProfileError as error:

@@ -53,7 +53,9 @@ def test_plan_from_recorded_facts_shows_every_decision():
 def test_json_output_is_machine_readable_and_masked():
     result = run("inventory.py", "--facts", "facts.json", "--format", "json")
     assert result.exit_code == 0
-    plans = json.loads(result.stdout)
+    document = json.loads(result.stdout)
+    assert (document["ok"], document["exit_code"], document["problems"]) == (True, 0, [])
+    plans = document["hosts"]
     assert list(plans) == ["gpu-a1", "gpu-b1", "cpu-1"]
     assert plans["gpu-b1"]["nvme"] == {"device": "/dev/nvme1n1", "mount": "/mnt/nvme", "fstype": "ext4"}
     assert plans["gpu-a1"]["swap"]["size_bytes"] == 16 * 1024**3
@@ -69,7 +71,7 @@ def test_limit(limit, hosts):
     args = ["inventory.py", "--facts", "facts.json", "--format", "json"]
     for pattern in limit:
         args += ["--limit", pattern]
-    assert list(json.loads(run(*args).stdout)) == hosts
+    assert list(json.loads(run(*args).stdout)["hosts"]) == hosts
 
 
 def test_bad_inventory_exits_2_with_every_issue_of_every_host():
@@ -87,13 +89,41 @@ def test_plans_that_cannot_work_exit_1_naming_host_and_key():
     assert "== gpu-b1" in result.stdout  # the other hosts are still shown
 
 
+def test_json_of_a_refused_host_carries_the_problem():
+    result = run("inventory.py", "--facts", "facts_gpu_busy.json", "--format", "json", "--limit", "gpu-a1")
+    document = json.loads(result.stdout)
+    assert result.exit_code == document["exit_code"] == 1 and document["ok"] is False
+    assert document["hosts"] == {}
+    assert any("GPU 0 has 101.3G free" in problem for problem in document["problems"])
+
+
+def test_a_driver_below_the_cuda_builds_floor_exits_1(tmp_path):
+    """The H200 report: vllm 0.33.0 built for CUDA 13.0 on driver 570.133.20 printed a
+    warning and exited 0; the deploy refuses that host, so plan fails it."""
+    from hostkit.profile.host_profile import load_inventory, validate_inventory
+
+    profile = validate_inventory(load_inventory("inventory.py", limit=["gpu-a1"]))["gpu-a1"]
+    facts = json.loads((FIXTURES / "facts.json").read_text())
+    facts["gpu-a1"]["vllm_installed"] = {"package": profile.vllm_package, "version": profile.vllm_version,
+                                         "torch": "2.11.0", "cuda": "13.0", "where": "/opt/vllm/bin/python3"}
+    facts["gpu-a1"]["driver_version"] = "570.133.20"
+    path = tmp_path / "facts.json"
+    path.write_text(json.dumps(facts))
+    result = run("inventory.py", "--facts", str(path), "--limit", "gpu-a1", "--format", "json")
+    document = json.loads(result.stdout)
+    assert result.exit_code == document["exit_code"] == 1
+    (problem,) = document["problems"]
+    assert problem.startswith("host gpu-a1: the deploy will refuse this host: ") and "570.133.20" in problem
+    assert list(document["hosts"]) == ["gpu-a1"]  # the plan is still shown
+
+
 def test_hosts_missing_from_the_facts_file_are_reported(tmp_path):
     facts = json.loads((FIXTURES / "facts.json").read_text())
     del facts["gpu-b1"]
     path = tmp_path / "facts.json"
     path.write_text(json.dumps(facts))
     result = run("inventory.py", "--facts", str(path))
-    assert result.exit_code == 1
+    assert result.exit_code == 2  # its verdict is unknown, as for an unreachable host
     assert "host gpu-b1: no facts" in result.stderr
 
 
@@ -127,7 +157,7 @@ def test_without_facts_the_hosts_are_asked_through_hostkit_gather(monkeypatch):
     result = run("inventory.py", "--limit", "gpu-a1", "--format", "json")
     assert result.exit_code == 0, result.output
     assert calls == [("inventory.py", ["gpu-a1"])]
-    assert list(json.loads(result.stdout)) == ["gpu-a1"]
+    assert list(json.loads(result.stdout)["hosts"]) == ["gpu-a1"]
 
 
 def test_platform_facts_in_a_facts_file_become_plan_warnings_and_notes(tmp_path):

@@ -110,3 +110,20 @@ def test_an_error_while_checking_is_reported_for_that_host_only(monkeypatch):
     report = verify_host("lab1", FakeHost(), profile_from_data("lab1", LAB_DATA))
     assert report.error == "checking failed: KeyError: 'storage'"
     assert exit_code([report]) == EXIT_UNREACHABLE
+
+
+def test_each_remote_command_runs_within_a_deadline_and_says_so_when_it_passes():
+    from testinfra.backend.base import CommandResult
+
+    from hostkit.verify.runner import COMMAND_S
+
+    class WedgedHost(FakeHost):
+        def run(self, command, *args):
+            self.commands.append(command % args)
+            return CommandResult(backend=None, exit_status=124, command=b"", _stdout="", _stderr="")
+
+    host = WedgedHost()
+    report = verify_host("lab1", host, profile_from_data("lab1", LAB_DATA))
+    assert host.commands[0].startswith(f"timeout -k 5 {COMMAND_S} sh -c ")
+    assert report.error == f"the snapshot command timed out after {COMMAND_S} s"
+    assert exit_code([report]) == EXIT_UNREACHABLE

@@ -98,7 +98,7 @@ class FakeHost:
 
     def run(self, command: str, *args: str) -> CommandResult:
         script = command % args if args else command
-        self.commands.append(args[0] if args else command)
+        self.commands.append(args[-1] if args else command)  # the script; a deadline wrapper comes first
         if self.error is not None:
             raise self.error
         stdout = next(text for marker, text in self.outputs.items() if marker in script)
