@@ -1,10 +1,11 @@
-"""vLLM as a systemd service on real lab hosts (cgroup v2 and v1), with the vLLM stand-in.
+"""vLLM as a systemd service on real lab hosts, with the vLLM stand-in.
 
-One host per cgroup version serves the whole module (boots are slow under qemu TCG). Every
-test first converges the host to BASE, so each starts from a serving unit whatever ran
-before it. The deploy is tests/e2e/vllm_deploy.py: hostkit's plan, then only the vLLM
-operations. What the cgroup version changes (the memory directives, the limit the kernel
-enforces, the OOM kill, the unit's exposure) runs on both hosts; the rest on cgroup v2 only.
+Three hosts serve the module: a container and two VMs, one per cgroup version. Every test
+first converges its host to BASE, so each starts from a serving unit whatever ran before it.
+The deploy is tests/e2e/vllm_deploy.py: hostkit's plan, then only the vLLM operations. What
+the kernel's cgroup version changes (the memory directives, the limit the kernel enforces,
+the OOM kill, the unit's exposure) runs on both VMs; the rest (systemd's part: rendering,
+restarts, the readiness gate, secrets) on the container, at native speed.
 """
 
 from __future__ import annotations
@@ -39,16 +40,21 @@ UNIT_PROPERTIES = ("ActiveState", "SubState", "MainPID", "ActiveEnterTimestampMo
 RUN_IDENTITY = ("InvocationID", "MainPID")
 
 
-@pytest.fixture(scope="module", params=["v2", "v1"])
+@pytest.fixture(scope="module", params=["container", "v2", "v1"])
 def vllm_host(lab, request):
-    lab_host = lab.up(1, os_name="debian12", cgroup=request.param, prefix=f"vllm{request.param}x")[0]
+    if request.param == "container":
+        lab_host = lab.up(1, os_name="debian12", prefix="vllmcx", kind="container")[0]
+    else:
+        lab_host = lab.up(1, os_name="debian12", cgroup=request.param, prefix=f"vllm{request.param}x")[0]
     install_standin(lab_host)
     yield lab_host
     lab.remove(lab_host.name)
 
 
-# For tests whose subject does not depend on the cgroup version.
-CGROUP_V2_ONLY = pytest.mark.parametrize("vllm_host", ["v2"], indirect=True)
+# For tests whose subject is systemd's, not the kernel's.
+CONTAINER_ONLY = pytest.mark.parametrize("vllm_host", ["container"], indirect=True)
+# For tests of what the kernel's cgroup version changes.
+KERNEL_CGROUPS = pytest.mark.parametrize("vllm_host", ["v2", "v1"], indirect=True)
 
 
 def show(lab_host) -> dict[str, str]:
@@ -77,6 +83,7 @@ def starts_since(lab_host, cursor: str) -> int:
     return len(re.findall(r"^Started vllm\.service", journal, re.MULTILINE))
 
 
+@KERNEL_CGROUPS
 def test_installed_enabled_active_ready_as_its_own_user(vllm_host, run_deploy):
     converge(run_deploy, vllm_host)
     state = show(vllm_host)
@@ -107,7 +114,7 @@ def cgroup_limit(lab_host) -> int:
     return int(sh(lab_host, "cat /sys/fs/cgroup/system.slice/vllm.service/memory.max"))
 
 
-@CGROUP_V2_ONLY
+@CONTAINER_ONLY
 def test_rerun_changes_nothing_and_does_not_restart(vllm_host, run_deploy):
     converge(run_deploy, vllm_host)
     before = show(vllm_host)
@@ -118,7 +125,7 @@ def test_rerun_changes_nothing_and_does_not_restart(vllm_host, run_deploy):
         before[name] for name in (*RUN_IDENTITY, "ActiveEnterTimestampMonotonic")]
 
 
-@CGROUP_V2_ONLY
+@CONTAINER_ONLY
 def test_a_template_comment_change_rewrites_the_unit_and_restarts_nothing(vllm_host, run_deploy):
     """As after an upgrade of hostkit whose template says something else in a comment."""
     converge(run_deploy, vllm_host)
@@ -133,6 +140,7 @@ def test_a_template_comment_change_rewrites_the_unit_and_restarts_nothing(vllm_h
     assert show(vllm_host)["ActiveState"] == "active" and probe(vllm_host).serves("lab-model")
 
 
+@KERNEL_CGROUPS
 def test_a_memory_limit_change_applies_to_the_running_unit_without_restart(vllm_host, run_deploy):
     """daemon-reload alone writes memory.max (v2) or memory.limit_in_bytes (v1) of the running unit."""
     converge(run_deploy, vllm_host)
@@ -154,7 +162,7 @@ time.sleep(3600)
 """
 
 
-@CGROUP_V2_ONLY
+@CONTAINER_ONLY
 def test_a_vllm_whose_cli_never_dispatches_fails_within_its_deadline_and_releases_the_lock(vllm_host, run_deploy):
     converge(run_deploy, vllm_host)
     before = run_identity(vllm_host)
@@ -174,7 +182,7 @@ def test_a_vllm_whose_cli_never_dispatches_fails_within_its_deadline_and_release
     assert converge(run_deploy, vllm_host).changed_on(vllm_host.name) == []  # the lock is free
 
 
-@CGROUP_V2_ONLY
+@CONTAINER_ONLY
 def test_one_flag_restarts_exactly_once(vllm_host, run_deploy):
     converge(run_deploy, vllm_host)
     cursor = journal_cursor(vllm_host)
@@ -187,7 +195,7 @@ def test_one_flag_restarts_exactly_once(vllm_host, run_deploy):
     assert starts_since(vllm_host, cursor) == 1
 
 
-@CGROUP_V2_ONLY
+@CONTAINER_ONLY
 def test_flags_the_hosts_vllm_rejects_leave_the_running_unit_alone(vllm_host, run_deploy):
     """The inventory says 0.17.1 (which has --swap-space) but the host runs 0.20.0 (which
     rejected it): hostkit's data accepts the flag, the host's own parser does not."""
@@ -206,7 +214,7 @@ def test_flags_the_hosts_vllm_rejects_leave_the_running_unit_alone(vllm_host, ru
         install_standin(vllm_host)
 
 
-@CGROUP_V2_ONLY
+@CONTAINER_ONLY
 def test_a_flag_unknown_to_the_version_is_refused_before_any_change(vllm_host, run_deploy):
     converge(run_deploy, vllm_host)
     before = show(vllm_host)
@@ -216,7 +224,7 @@ def test_a_flag_unknown_to_the_version_is_refused_before_any_change(vllm_host, r
     assert probe(vllm_host).serves("lab-model")
 
 
-@CGROUP_V2_ONLY
+@CONTAINER_ONLY
 def test_the_secret_stays_out_of_unit_ps_and_pyinfra_output(vllm_host, run_deploy):
     converge(run_deploy, vllm_host)
     secret = "rotated-e2e-secret-4711"
@@ -235,6 +243,7 @@ def test_the_secret_stays_out_of_unit_ps_and_pyinfra_output(vllm_host, run_deplo
     assert unauthorised == "401"
 
 
+@KERNEL_CGROUPS
 def test_memory_overrun_is_contained_in_the_unit(vllm_host, run_deploy):
     converge(run_deploy, vllm_host)
     sshd_before = sh(vllm_host, "systemctl show -p MainPID --value ssh.service").strip()
@@ -260,6 +269,7 @@ def test_memory_overrun_is_contained_in_the_unit(vllm_host, run_deploy):
     assert probe(vllm_host).serves("lab-model")
 
 
+@KERNEL_CGROUPS
 def test_security_exposure_is_at_most_2_5(vllm_host, run_deploy):
     converge(run_deploy, vllm_host)
     report = sh(vllm_host, "systemd-analyze security --no-pager vllm.service")
