@@ -68,8 +68,8 @@ def _venv_package(manager: str, python3: str | None) -> OsPackage | None:
     match = _DISTRIBUTION_PYTHON.match(python3)
     if manager != "apt" or match is None:
         return None
-    return OsPackage(f"python{match.group(1)}-venv", f"{python3} has no ensurepip to make the release's venv without it",
-                     venv=True)
+    return OsPackage(f"python{match.group(1)}-venv",
+                     f"{python3} has no ensurepip to make the release's venv without it", venv=True)
 
 
 def package_source(profile: Any, platform: PlatformInfo | None) -> str:
