@@ -158,6 +158,9 @@ def runtime_lines(runtime: VllmRuntimePlan | None) -> list[str]:
                  f"          installed now: {installed}"]
     else:
         lines = [f"release   {runtime.target} (vllm_install: false), installed: {installed}"]
+    if runtime.os_packages:
+        lines.append(f"packages  adds {', '.join(runtime.os_packages)}, from {runtime.os_packages_source}, "
+                     "before the venv is made")
     driver = f"NVIDIA driver {runtime.driver}" if runtime.driver else "no NVIDIA driver"
     if runtime.cuda and runtime.driver_floor:
         lines.append(f"driver    the CUDA {runtime.cuda} build needs driver {runtime.driver_floor} or newer; host: {driver}")

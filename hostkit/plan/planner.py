@@ -55,7 +55,8 @@ from hostkit.profile.host_profile import HostProfile, mask
 from hostkit.profile.sizes import GIB, MIB, format_size
 from hostkit.plan.swap_filesystems import reserve_bytes, swap_file_refusal
 from hostkit.vllm.flags import FlagError, flags_for, known_versions, parse_version, render_flags
-from hostkit.vllm.runtime import InstallTarget, driver_floor, driver_problem, mismatch_problem
+from hostkit.vllm.os_packages import needed_os_packages, package_source
+from hostkit.vllm.runtime import InstallTarget, driver_floor, driver_problem, mismatch_problem, release_matches
 from hostkit.units.vllm_unit import unit_notes
 
 SWAP_AUTO_MIN = 8 * GIB
@@ -368,8 +369,11 @@ def _runtime_plan(p: HostProfile, facts: PlanningFacts, found: _Findings) -> Vll
         build = f"CUDA {have.cuda}" if have.cuda else "CPU build" if have.torch else "no torch"
         described = f"{have.package} {have.version} ({build}; {have.where})"
     target = InstallTarget.from_profile(p)
-    runs_target = have is not None and (not p.vllm_install or
-                                        (have.package == p.vllm_package and have.version == p.vllm_version))
+    runs_target = have is not None and (not p.vllm_install or (have.package == p.vllm_package
+                                                               and release_matches(have.version, p.vllm_version)))
+    # A venv is made unless the target is in service (switching back to a kept one makes none
+    # either, which the installed release does not show).
+    os_packages = needed_os_packages(p, facts.platform, new_venv=not runs_target)
     if have is not None and not p.vllm_install:
         problem = mismatch_problem(have.version, p.vllm_version, have.where or p.vllm_command)
         if problem:
@@ -387,6 +391,8 @@ def _runtime_plan(p: HostProfile, facts: PlanningFacts, found: _Findings) -> Vll
         cuda=have.cuda if have is not None else None,
         driver=facts.driver_version,
         driver_floor=driver_floor(have.cuda) if have is not None and have.cuda else None,
+        os_packages=[package.describe() for package in os_packages],
+        os_packages_source=package_source(p, facts.platform) if os_packages else None,
     )
 
 

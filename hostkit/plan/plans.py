@@ -94,6 +94,10 @@ class VllmRuntimePlan(_Plan):
     cuda: str | None = None  # the installed build's CUDA (the target's is known after pip)
     driver: str | None = None
     driver_floor: str | None = None  # the oldest driver for `cuda`
+    # OS packages the deploy adds before the venv is made, "name (why)" (hostkit.vllm.os_packages),
+    # and from where.
+    os_packages: list[str] = Field(default_factory=list)
+    os_packages_source: str | None = None
 
 
 class VllmPlan(_Plan):
