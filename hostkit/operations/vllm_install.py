@@ -31,13 +31,13 @@ from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, Host, State, StringCommand, operation
 
 from hostkit.remote import host_file
+from hostkit.facts.platform import PlatformInfo
 from hostkit.facts.snapshot import mark_changed, snapshot
 from hostkit.facts.vllm_release import READ_S, VllmReleaseFact, VllmReleaseState
 from hostkit.plan.snapshot_facts import driver_version
 from hostkit.operations.callbacks import current_connector_arguments, fail_host
 from hostkit.operations.vllm_service import check_flags, wait_for_vllm
 from hostkit.plan.plans import VLLM_UNIT, VllmPlan
-from hostkit.facts.platform import PlatformInfo
 from hostkit.vllm.os_packages import PACKAGE_TIMEOUT_S, OsPackage, needed_os_packages, package_source
 from hostkit.vllm.runtime import (
     PIP_TIMEOUT_S,

@@ -14,7 +14,10 @@ The deploy adds the missing ones before the venv is made (hostkit/remote/vllm_os
 from vllm_os_package_files when the profile lists any, else from the host's repositories,
 under a deadline. A pip wheel in a vllm_find_links directory stands in for the venv package
 (hostkit/remote/vllm_install.sh makes the venv without ensurepip then); any other package
-still missing fails the host before its venv is made.
+still missing fails the host before its venv is made. Not pyinfra's apt.packages and
+dnf.packages: they fail the host on the first failed command, where a pip wheel may still stand
+in for the venv package, and read the installed packages a second way (dpkg -l, rpm -qa) beside
+the platform fact.
 """
 
 from __future__ import annotations
