@@ -85,7 +85,7 @@ def test_the_pytest_plugin_on_local_fails_exactly_the_areas_verify_fails(invento
     outcomes = {case.get("name"): case.find("failure") is None and case.find("error") is None for case in cases}
     assert set(outcomes) == {f"{name}[local]" for name in AREAS}
     failed = failed_areas(verified)
-    assert {name: passed for name, passed in outcomes.items()} == {
+    assert outcomes == {
         f"{name}[local]": area not in failed for name, area in AREAS.items()
     }
 
@@ -96,8 +96,10 @@ def test_doctor_on_local_matches_doctor_dash_local(inventory):
     (host,) = through_pyinfra["hosts"]
     assert host["host"] == "@local" and through_pyinfra["unreachable"] == []
     assert set(host["inputs"]) == set(direct["hosts"][0]["inputs"])
-    # The inventory says no swap is wanted; without it, no swap is a warning.
-    assert {f["code"] for f in host["findings"]} - {"no-swap"} == {f["code"] for f in direct["hosts"][0]["findings"]} - {"no-swap"}
+    # Findings on the kernel's settings agree; processes (a vLLM someone runs here) may come and
+    # go between the two runs, and the inventory's data changes others (no swap wanted, monitoring).
+    static = {"swappiness-high", "thp-always", "swap-almost-full", "kernel-log-unreadable", "command-timed-out"}
+    assert {f["code"] for f in host["findings"]} & static == {f["code"] for f in direct["hosts"][0]["findings"]} & static
 
 
 def test_plan_on_local_exits_0_with_its_plan_in_json(inventory, tmp_path):
