@@ -113,3 +113,19 @@ def test_one_reader_of_ssh_data_for_verify_and_smoke(given, word):
     assert f"StrictHostKeyChecking={word}" in argv
     assert argv[argv.index("-i") + 1] == os.path.expanduser("~/keys/lab")
     assert argv[-1] == "root@127.0.0.1" and argv[argv.index("-p") + 1] == "40022"
+
+
+def test_local_is_testinfras_local_backend_and_no_ssh_host():
+    from hostkit.verify.targets import targets_from_hosts, write_ssh_config
+
+    off = {"vllm_enabled": False}
+    local, remote = targets_from_hosts([("@local", {"_sudo": True, **off}), ("@ssh/gpu-01", off)])
+    assert local.hostspec("ssh", "/x") == "local://?sudo=true" and local.backend_hostname == "local"
+    assert remote.ssh_config_block().startswith("Host %40ssh%2Fgpu-01\n    HostName gpu-01\n")
+
+
+def test_connectors_other_than_ssh_and_local_are_refused():
+    from hostkit.verify.targets import InventoryError, targets_from_hosts
+
+    with pytest.raises(InventoryError, match="not through @docker/c1"):
+        targets_from_hosts([("@docker/c1", {})])
