@@ -7,21 +7,25 @@
 # the venv is made.
 hk_fail() { echo "vLLM install: $*" >&2; exit 1; }
 hk_failed=
-# One package manager command under the deadline; on failure, hk_failed says how and its
-# last lines go to stderr.
+hk_log=
+# One package manager command under the deadline, named by $1; its output is kept in hk_log
+# (apt-get update exits 0 when it reached no repository: its warnings explain the install's
+# failure that follows). On failure, hk_failed says which and how.
 hk_try() {
+  hk_what=$1; shift
   hk_out=$(DEBIAN_FRONTEND=noninteractive timeout -k 5 "$hk_timeout_s" "$@" 2>&1 < /dev/null)
   hk_rc=$?
-  [ "$hk_rc" != 0 ] || return 0
+  hk_log="$hk_log$hk_out
+"
   case $hk_rc in
-    124|137) hk_failed="$1 $2 did not finish within $hk_timeout_s s" ;;
-    *) hk_failed="$1 $2 failed (exit status $hk_rc)" ;;
+    0) return 0 ;;
+    124|137) hk_failed="$hk_what did not finish within $hk_timeout_s s" ;;
+    *) hk_failed="$hk_what failed with exit status $hk_rc" ;;
   esac
-  printf '%s\n' "$hk_out" | tail -n 5 >&2
   return 1
 }
 hk_apt_install() {
-  hk_try apt-get -q -y -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold \
+  hk_try "apt-get install" apt-get -q -y -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold \
     install --no-install-recommends "$@"
 }
 hk_installed() {
@@ -37,11 +41,11 @@ case $hk_manager in
     if [ -n "$hk_files" ]; then hk_apt_install $hk_files
     # A fresh host may have no package lists (Debian's cloud and minbase images), or stale
     # ones: update only when the install needs it.
-    elif ! hk_apt_install $hk_packages; then hk_try apt-get -q update && hk_apt_install $hk_packages
+    elif ! hk_apt_install $hk_packages; then hk_try "apt-get update" apt-get -qq update && hk_apt_install $hk_packages
     fi ;;
   dnf)
-    if [ -n "$hk_files" ]; then hk_try dnf -y -q --disablerepo='*' install $hk_files
-    else hk_try dnf -y -q install $hk_packages
+    if [ -n "$hk_files" ]; then hk_try "dnf install" dnf -y -q --disablerepo='*' install $hk_files
+    else hk_try "dnf install" dnf -y -q install $hk_packages
     fi ;;
 esac
 
@@ -59,6 +63,8 @@ their missing dependencies) to vllm_os_package_files, or empty it to use the hos
 else hk_from="from the host's $hk_manager repositories"; hk_fix="let the host reach its $hk_manager repositories, \
 or list the package files (theirs and those of their missing dependencies) in vllm_os_package_files"
 fi
+# The package manager's last lines say why.
+[ -z "$hk_missing$hk_venv_missing" ] || printf '%s' "$hk_log" | grep -v '^[[:space:]]*$' | tail -n 12 >&2
 [ -z "$hk_missing" ] || hk_fail "could not add${hk_missing}${hk_venv_missing} ${hk_from}${hk_failed:+ ($hk_failed)}: \
 the release's venv was not made (fix: $hk_fix${hk_venv_missing:+; a pip wheel in a vllm_find_links directory stands in \
 for$hk_venv_missing})"
