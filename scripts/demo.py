@@ -7,10 +7,10 @@
 4. The same deploy again: it must report no changes.
 5. `hostkit verify inventories/lab.py`: the post-provision checks.
 
-`--real` (`make demo-real`): the same on a host named realvllm1 that gets real vLLM's CPU
-build instead of the stand-in, installed by the deploy itself (vllm_install) from a disk the
-lab builds once (tests/realvllm/lab_disk.py), and ends with a real completion. About 30 min
-under qemu TCG: the install and the start take most of it.
+`--real` (`make demo-real`): the same on a container host named realvllm1 (systemd-nspawn,
+native speed; swap, sysctls and THP are its controller's) that gets real vLLM's CPU build
+instead of the stand-in, installed by the deploy itself (vllm_install) from a wheelhouse the
+lab builds once (tests/realvllm/lab_disk.py), and ends with a real completion.
 """
 
 from __future__ import annotations
@@ -48,13 +48,13 @@ def main() -> int:
     if not hosts:
         started = time.monotonic()
         if real:
-            from tests.realvllm.lab_disk import PREPARE_HOST, lab_disk
+            from tests.realvllm.lab_disk import lab_tree
 
-            step("Building the real-vLLM lab disk (cached: wheelhouse, tiny model, libnuma1)")
-            image, _model = lab_disk()
-            step("Starting a real-vLLM lab host (5 GiB, the disk read-only at /srv/wheelhouse)")
-            hosts = lab.up(1, prefix=real_vllm.NAME_PREFIX, memory_mb=real_vllm.MEMORY_MB, disks=(str(image),))
-            hosts[0].ssh(PREPARE_HOST, check=True)
+            step("Building the real-vLLM wheelhouse (cached: the wheels, their lock, a tiny model)")
+            tree = lab_tree()
+            step(f"Starting a real-vLLM container host (the wheelhouse read-only at {real_vllm.DISK_MOUNT})")
+            hosts = lab.up(1, prefix=real_vllm.NAME_PREFIX, kind="container",
+                           binds=(f"{tree}:{real_vllm.DISK_MOUNT}",))
         else:
             step("Starting a lab host (first run builds the base image: about two minutes)")
             hosts = lab.up(1)

@@ -411,7 +411,11 @@ def watchdog_checks(profile: Any, plan: VllmPlan, probes: Probes, host: str) -> 
 # -- kernel log ----------------------------------------------------------------------------
 
 
-def oom_checks(ooms: KernelLog) -> list[CheckResult]:
+def oom_checks(ooms: KernelLog, container: str | None = None) -> list[CheckResult]:
+    if ooms.source is None and container is not None:
+        # The kernel and its log are the container's host's; a container may not read them.
+        return [not_applicable("oom", "no OOM kills since boot", "no 'Killed process' in the kernel log since boot",
+                               f"the kernel log is the container's host's (unreadable in this {container} container)")]
     if ooms.source is None:
         return [_check("oom", "no OOM kills since boot", False, "no 'Killed process' in the kernel log since boot",
                        "unknown: neither journalctl -k nor dmesg was readable", "run the verification as root")]
@@ -514,6 +518,6 @@ def check_host(profile: Any, plan: HostPlan, snapshot: Any, probes: Probes) -> l
         *vllm_checks(plan.vllm, snapshot.vllm, probes, host),
         *release_checks(profile, plan.vllm, getattr(snapshot, "vllm_release", None), snapshot.gpu, host),
         *watchdog_checks(profile, plan.vllm, probes, host),
-        *oom_checks(probes.ooms),
+        *oom_checks(probes.ooms, plan.container),
         *monitoring_checks(profile, snapshot.monitoring, host),
     ]

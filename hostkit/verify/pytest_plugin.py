@@ -111,3 +111,8 @@ def assert_area(report, area: str) -> None:
     failed = [check for check in checks if not check.ok]
     if failed:
         pytest.fail(f"{report.name}: " + "\n".join(check.message() for check in failed), pytrace=False)
+    # An area a container leaves to its host (swap, sysctl, THP, NVMe) is skipped, as verify's
+    # JUnit reports it, not passed.
+    area_checks = [check for check in checks if check.area == area]
+    if area_checks and all(check.not_applicable for check in area_checks):
+        pytest.skip("; ".join(sorted({check.not_applicable for check in area_checks})))

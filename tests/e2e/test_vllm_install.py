@@ -3,8 +3,8 @@
 The releases are wheels of the vLLM STAND-IN as the distribution `vllm` (tests/standin/wheel.py),
 at releases whose flag sets differ as the real ones do (0.17.1 spells chunked prefill off
 `--no-enable-chunked-prefill`, 0.33.0 `--disable-chunked-prefill`), plus a 0.33.1 that fails to
-start. They are served from a wheelhouse directory copied to the host, with no index (lab hosts
-have no internet); Debian 12's python3 has no ensurepip, so pip comes from a pip wheel there too.
+start. They are served from a wheelhouse directory copied to the host, with no index; the host
+starts bare (Debian 12's python3 without venv or ensurepip): the deploy adds python3-venv.
 One host, five deploys of the full deploy: install, no-change rerun, upgrade, failed upgrade, and
 a declared release that differs from the installed one (refused, nothing restarted).
 """
@@ -14,19 +14,17 @@ from __future__ import annotations
 import io
 import subprocess
 import tarfile
-from pathlib import Path
 
 import pytest
 
 from hostkit.vllm.readiness import Probe, probe_command
 from tests.e2e.lab_shell import sh
-from tests.realvllm.lab_disk import pip_wheel
 from tests.standin.wheel import standin_wheel
 
 pytestmark = pytest.mark.lab
+HOST_KIND = "container"
 
 WHEELHOUSE = "/srv/wheelhouse"
-PIP_CACHE = Path.home() / ".cache" / "vllm-hostkit" / "wheels"
 DATA = {
     "nvme_device": None,
     "swap_enabled": False,
@@ -49,7 +47,7 @@ def install_host(shared_lab_host, tmp_path_factory):
     standin_wheel(house, "0.33.1", crash=True)
     archive = io.BytesIO()
     with tarfile.open(fileobj=archive, mode="w:gz") as tar:
-        for path in [*house.iterdir(), pip_wheel(PIP_CACHE)]:
+        for path in house.iterdir():
             tar.add(path, arcname=path.name)
     copied = subprocess.run(shared_lab_host.ssh_argv(f"mkdir -p {WHEELHOUSE} && tar -xzf - -C {WHEELHOUSE}"),
                             input=archive.getvalue(), capture_output=True, timeout=300)

@@ -22,6 +22,7 @@ from tests.standin.install import install_standin
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.lab
+HOST_KIND = "container"
 
 WATCHDOG = {"vllm_watchdog_interval_s": 3, "vllm_watchdog_failures": 2, "vllm_watchdog_max_restarts_per_hour": 2}
 BASE_ENV = {"VLLM_STANDIN_LOAD_SECONDS": "2", "VLLM_STANDIN_LEFTOVER": "1"}

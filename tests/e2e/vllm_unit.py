@@ -8,7 +8,11 @@ from functools import partial
 from hostkit.vllm.readiness import Probe, probe_command
 from tests.e2e import lab_shell
 
-CGROUP_PROCS = "/sys/fs/cgroup/system.slice/vllm.service/cgroup.procs"
+# The unit's processes from its cgroup wherever the host mounts it: cgroup v2 at /sys/fs/cgroup,
+# a hybrid host's (a container's on one) at unified/, a v1 host's under systemd/.
+UNIT_PIDS = ("cg=$(systemctl show -p ControlGroup --value vllm.service); for root in /sys/fs/cgroup"
+             " /sys/fs/cgroup/unified /sys/fs/cgroup/systemd; do [ -f \"$root$cg/cgroup.procs\" ]"
+             " && exec cat \"$root$cg/cgroup.procs\"; done; true")
 SHOWN = ("ActiveState", "SubState", "MainPID", "NRestarts", "Result", "InvocationID",
          "ExecMainStartTimestampMonotonic")
 
@@ -28,7 +32,7 @@ def serving(lab_host, model: str) -> bool:
 
 
 def unit_pids(lab_host) -> set[int]:
-    return {int(pid) for pid in sh(lab_host, f"cat {CGROUP_PROCS} 2>/dev/null || true").split()}
+    return {int(pid) for pid in sh(lab_host, UNIT_PIDS).split()}
 
 
 def alive(lab_host, pids: set[int]) -> set[int]:

@@ -243,3 +243,16 @@ def test_doctor_says_nothing_of_it_where_the_kernel_applies_the_limit():
     platform = PlatformFact().process((CONTAINER / "lab-controller.platform.txt").read_text().splitlines())
     for inputs in (doctor_inputs(platform), doctor_inputs(None)):
         assert "memory-limit-unapplied" not in {f.code for f in diagnose(inputs).findings}
+
+
+def test_an_unreadable_kernel_log_is_the_containers_hosts_not_a_failure():
+    from hostkit.facts.kernel_log import KernelLog
+    from hostkit.verify.checks import oom_checks
+
+    (check,) = oom_checks(KernelLog(source=None), "systemd-nspawn")
+    assert check.ok and check.status == NOT_APPLICABLE
+    assert check.not_applicable == "the kernel log is the container's host's (unreadable in this systemd-nspawn container)"
+    (on_a_vm,) = oom_checks(KernelLog(source=None))
+    assert not on_a_vm.ok and on_a_vm.fix == "run the verification as root"
+    (read,) = oom_checks(KernelLog(source="journalctl"), "lxc")
+    assert read.ok and read.status == PASS  # a container that may read the log is checked
