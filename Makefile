@@ -16,23 +16,22 @@ install: $(VENV)/.installed
 demo: install
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(PY) scripts/demo.py
 
-# The same with real vLLM's CPU build, installed by the deploy (about 30 min under qemu TCG).
+# The same with real vLLM's CPU build, installed by the deploy, on a container host (minutes).
 demo-real: install
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(PY) scripts/demo.py --real
 
-# The end-to-end modules run on two xdist workers, one lane of modules each (LANES in
-# tests/e2e/conftest.py), in collection order (--no-loadscope-reorder). The unit tests run
-# before, in a pytest of their own: some load pyinfra's CLI, whose gevent monkey-patching
-# breaks xdist's workers.
-# Real vLLM in a lab host (marker real_vllm_lab) is `make e2e-real`: beside the two lanes its
-# install took 29 min and its start 13 (2026-12-01), and the lanes' tests failed under that load.
-# Debian 11 and 13 (marker other_release) are `make e2e-releases`: on 2026-12-02 a machine of
-# CI's kind ran the two lanes with them in 86 min, over CI's budget.
+# The end-to-end modules run on two xdist workers, one lane each, scheduled longest first from
+# the durations of the last measured run (tests/e2e/lanes.py, tests/e2e/durations.json), in
+# collection order (--no-loadscope-reorder). Each module's hosts are VMs or containers
+# (HOST_KIND; tests/e2e/conftest.py). The unit tests run before, in a pytest of their own: some
+# load pyinfra's CLI, whose gevent monkey-patching breaks xdist's workers.
+# Real vLLM on a VM (marker real_vllm_lab) is `make e2e-real`; on a container host it is in
+# `make test`. Debian 11 and 13 (marker other_release) are `make e2e-releases`.
 XDIST := -n 2 --dist loadgroup --no-loadscope-reorder -m "not real_vllm_lab and not other_release"
 
 # Then the fault report (scripts/fault_report.py) summarises the bad-input, fault and
-# security tests of that run from its junit XML, which also keeps what each test printed
-# (the figures the README quotes).
+# security tests of that run from its junit XML, which also keeps what each test printed;
+# `python -m tests.e2e.lanes --junit reports/e2e.xml` records its lane groups' durations.
 test: before-lanes
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(PY) -m pytest tests/e2e $(XDIST) --durations=30 \
 	  --junitxml=reports/e2e.xml -o junit_family=xunit1 -o junit_logging=system-out; \
@@ -67,11 +66,11 @@ e2e-releases: install
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(PY) -m pytest tests/e2e -n 2 --dist loadgroup --no-loadscope-reorder \
 	  -m other_release --durations=10
 
-# Real vLLM (the CPU build) installed by the deploy on a lab host and served there: one
-# install (1305 s), the new release's parse check and two starts (542 and 394 s to ready):
-# 43 min 29 s alone on this 2-core machine (2026-12-03), against CI's 90 for everything.
+# Real vLLM (the CPU build) installed by the deploy on a VM, where the unit's memory limit
+# holds, and served there: one install and a start per restart, each minutes under qemu TCG
+# (37 to 43 min alone on this 2-core machine, 2026-12-03).
 e2e-real: install
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(PY) -m pytest tests/e2e/test_real_vllm.py -p no:xdist -v -s
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(PY) -m pytest tests/e2e/test_real_vllm.py -m real_vllm_lab -p no:xdist -v -s
 
 lab-down: install
 	$(PY) -m hostkit_lab down

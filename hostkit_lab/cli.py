@@ -9,6 +9,7 @@ import click
 
 from hostkit_lab import Lab
 from hostkit_lab.image import SUITES, base_image
+from hostkit_lab.rootfs import base_rootfs
 
 
 @click.group()
@@ -34,9 +35,11 @@ def up(count: int, os_name: str, cgroup: str, cpus: int, kind: str) -> None:
 @lab.command()
 @click.argument("os_names", nargs=-1, type=click.Choice(sorted(SUITES)))
 def images(os_names: tuple[str, ...]) -> None:
-    """Build the cached base images of OS_NAMES (every release when none is named)."""
+    """Build the cached VM images and container root filesystems of OS_NAMES (every release
+    when none is named)."""
     for os_name in os_names or sorted(SUITES):
-        click.echo(f"{os_name}\t{base_image(os_name).root_disk}")
+        click.echo(f"{os_name}\tvm\t{base_image(os_name).root_disk}")
+        click.echo(f"{os_name}\tcontainer\t{base_rootfs(os_name).path}")
 
 
 @lab.command()

@@ -7,9 +7,9 @@
   fixtures below start hosts of that kind.
 - `lab_host`: a fresh host per test (a qcow2 overlay: seconds plus a boot), removed afterwards.
 - `shared_lab_host`: one fresh host per module, shared by that module's tests.
-- `main_host`: a fresh host with the vLLM stand-in, shared by the modules in MAIN_HOST_MODULES:
+- `main_host`: a fresh VM with the vLLM stand-in, shared by the modules in MAIN_HOST_MODULES:
   test_main_deploy.py provisions it, the modules after it deploy their own data on it.
-- `lab_fleet`: three fresh hosts with the stand-in, shared by the modules in FLEET_MODULES.
+- `lab_fleet`: three fresh container hosts with the stand-in, shared by the modules in FLEET_MODULES.
 - `lab_host_factory(os_name=..., cgroup=..., kind=...)`: fresh hosts of other kinds.
 - `run_deploy(host_or_hosts, data=None, deploy=..., extra=())` (`module_run_deploy` for module
   fixtures): the pyinfra CLI on a temporary
@@ -25,9 +25,11 @@ import shutil
 from pathlib import Path
 
 import pytest
+from _pytest.mark.expression import Expression
 
 from hostkit_lab import Lab, LabHost
 from hostkit.fleet.pyinfra_runner import PyinfraRun, run_pyinfra, write_inventory
+from tests.e2e import lanes
 from tests.standin.install import install_standin
 
 REPO = Path(__file__).resolve().parents[2]
@@ -57,29 +59,12 @@ def lab_entry(name: str, lab_host: LabHost, data: dict) -> tuple[str, dict]:
     return name, {key: value for key, value in host_data.items() if value is not UNSET}
 
 
-# `make test` runs the end-to-end modules on two pytest-xdist workers, each in its own lane
-# of modules (balanced by their measured durations). Lab VMs in tests get one CPU each: two
+# `make test` runs the end-to-end modules on pytest-xdist workers, one lane each, scheduled
+# from measured durations (tests/e2e/lanes.py). Lab VMs in tests get one CPU each: two
 # single-CPU VMs under qemu TCG run side by side at full speed on a 2-core machine (measured:
 # 44 and 46 s for a workload that took one VM alone 46 s), where two 2-CPU VMs slow each
-# other down (57 and 58 s). Lane times (sums of test times) in the clean-clone run of
-# `bash .ci/run` of 07368d4 on 2026-12-02: lane-a 65.7 min, lane-b 64.4 min (that run took
-# 70.5 min in all); of 3eb9016 on a slower machine the same day: 86.3 and 82.9 min (93.6 in
-# all, over CI's 90), so Debian 11's and 13's modules left `make test` for `make e2e-releases`
-# (20.4 min of lane time there); of cbc3333 without them, on a third machine: 77.7 and 76.2 min
-# (84.4 in all, cold); of adc71d6 on a fourth machine on 2026-12-03: 48.7 and 55.1 min (63.8 in
-# all). Any new module must replace time: CI's budget is 75 min.
+# other down (57 and 58 s). Container hosts run at native speed beside them.
 LAB_CPUS = 1
-LANES = {
-    "lane-a": ("test_main_deploy.py", "test_bad_input.py", "test_doctor_smoke.py", "test_security.py",
-               "test_monitoring.py", "test_rollout.py", "test_verify.py", "test_vllm_service.py[v2]", "test_vllm_service.py[container]"),
-    "lane-b": ("test_swap.py", "test_faults.py", "test_kernel.py[debian12]",
-               "test_vllm_service.py[v1]", "test_watchdog.py", "test_vllm_install.py"),
-    # Debian 11 and 13: `make e2e-releases`, not `make test` (marker other_release).
-    "releases-a": ("test_distros.py[debian11]", "test_kernel.py[debian13]"),
-    "releases-b": ("test_distros.py[debian13]",),
-    # Real vLLM in a lab host: `make e2e-real`, not `make test` (see the Makefile).
-    "real-vllm": ("test_real_vllm.py",),
-}
 
 # Boots are the slowest part of the lab (qemu TCG), so some modules share hosts. Those run
 # first, in this order, next to the others sharing their hosts, and each shared host is removed
@@ -88,6 +73,15 @@ MAIN_HOST_MODULES = ("test_main_deploy.py", "test_bad_input.py", "test_doctor_sm
                      "test_monitoring.py")
 FLEET_MODULES = ("test_rollout.py", "test_verify.py")
 MODULE_ORDER = (*MAIN_HOST_MODULES, *FLEET_MODULES)
+# Modules whose parameter starts a host of its own: each such module[parameter] is a lane group.
+HOST_PARAMETERS = {
+    "test_vllm_service.py": ("container", "v2", "v1"),
+    "test_kernel.py": ("debian12", "debian13"),
+    "test_distros.py": ("debian11", "debian13"),
+    "test_real_vllm.py": ("container", "vm"),
+}
+# Debian 11 and 13 (marker other_release): `make e2e-releases`, not `make test`.
+OTHER_RELEASE = ("test_distros.py[debian11]", "test_distros.py[debian13]", "test_kernel.py[debian13]")
 
 # The data test_rollout.py leaves `lab_fleet` on: test_verify.py starts from a converged fleet
 # (its own first deploy changes nothing), and from three fresh hosts when run alone.
@@ -98,14 +92,22 @@ FLEET_DATA = {
 }
 
 
-def lane(item) -> str:
-    """The lane of an end-to-end test: its module's, or its module and parameter's."""
-    name = Path(str(item.fspath)).name
-    param = item.callspec.id if hasattr(item, "callspec") else None
-    for lane_name, members in LANES.items():
-        if name in members or f"{name}[{param}]" in members:
-            return lane_name
-    raise LookupError(f"{item.nodeid}: add its module to a lane in tests/e2e/conftest.py LANES")
+def group_of(module: str, param: str | None) -> str:
+    """The lane group of a test in `module` whose parameter id is `param`: its hosts' sharers."""
+    if module in MAIN_HOST_MODULES:
+        return "main host"
+    if module in FLEET_MODULES:
+        return "fleet"
+    if module in HOST_PARAMETERS:
+        for part in (param or "").split("-"):
+            if part in HOST_PARAMETERS[module]:
+                return f"{module}[{part}]"
+        raise LookupError(f"{module}[{param}]: its host parameter is none of {HOST_PARAMETERS[module]}")
+    return module
+
+
+def item_group(item) -> str:
+    return group_of(Path(str(item.fspath)).name, item.callspec.id if hasattr(item, "callspec") else None)
 
 
 def run_order(item) -> tuple[int, int]:
@@ -116,15 +118,28 @@ def run_order(item) -> tuple[int, int]:
     return (1, MODULE_ORDER.index(path.name) if path.name in MODULE_ORDER else len(MODULE_ORDER))
 
 
+def _selected(config, items) -> list:
+    """The items that `-m` will keep (pytest deselects after this hook)."""
+    expression = config.getoption("markexpr")
+    if not expression:
+        return list(items)
+    compiled = Expression.compile(expression)
+    return [item for item in items
+            if compiled.evaluate(lambda name, item=item: item.get_closest_marker(name) is not None)]
+
+
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the xdist_group marks
 def pytest_collection_modifyitems(config, items):
-    for item in items:
-        if "e2e" in Path(str(item.fspath)).parts:
-            item.add_marker(pytest.mark.lab)
-            item_lane = lane(item)
-            item.add_marker(pytest.mark.xdist_group(item_lane))
-            if item_lane.startswith("releases-"):
-                item.add_marker(pytest.mark.other_release)
+    e2e = [item for item in items if "e2e" in Path(str(item.fspath)).parts]
+    for item in e2e:
+        item.add_marker(pytest.mark.lab)
+        if item_group(item) in OTHER_RELEASE:
+            item.add_marker(pytest.mark.other_release)
+    workers = config.getoption("numprocesses", None)
+    groups = sorted({item_group(item) for item in _selected(config, e2e)})
+    schedule = lanes.assign(lanes.measured(groups), workers if isinstance(workers, int) and workers > 0 else 1)
+    for item in e2e:
+        item.add_marker(pytest.mark.xdist_group(schedule.get(item_group(item), "unscheduled")))
     items.sort(key=run_order)  # stable: file order within each rank
 
 
@@ -135,8 +150,8 @@ class SharedHosts:
         self.lab = lab
         self.started: dict[str, list[LabHost]] = {}
 
-    def start(self, fixture_name: str, count: int, prefix: str) -> list[LabHost]:
-        hosts = self.lab.up(count, prefix=prefix)
+    def start(self, fixture_name: str, count: int, prefix: str, kind: str = "vm") -> list[LabHost]:
+        hosts = self.lab.up(count, prefix=prefix, kind=kind)
         self.started[fixture_name] = hosts
         return hosts
 
@@ -200,7 +215,7 @@ def main_host(shared_hosts) -> LabHost:
 
 @pytest.fixture(scope="session")
 def lab_fleet(shared_hosts) -> list[LabHost]:
-    hosts = shared_hosts.start("lab_fleet", 3, prefix="fleet")
+    hosts = shared_hosts.start("lab_fleet", 3, prefix="fleet", kind="container")
     for lab_host in hosts:
         install_standin(lab_host)
     return hosts

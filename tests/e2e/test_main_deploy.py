@@ -1,4 +1,9 @@
-"""The whole loop on the fresh `main_host`: the main deploy, a no-change rerun, a reboot, verify.\n\nIt runs first on that host; the modules after it (MAIN_HOST_MODULES) start from its result.\n"""
+"""The whole loop on the fresh `main_host` (a VM): the main deploy, a no-change rerun, a reboot,
+verify; then the kernel's settings changed behind hostkit's back (swap off, a sysctl, THP),
+which verify names with their fixes and the deploy repairs.
+
+It runs first on that host; the modules after it (MAIN_HOST_MODULES) start from its result.
+"""
 
 import json
 import subprocess
@@ -42,6 +47,34 @@ def test_deploy_converges_reruns_without_change_and_survives_a_reboot(main_host,
 
     after_reboot = run_deploy(lab_host)
     assert after_reboot.ok and after_reboot.changed == [], after_reboot.changed
+
+
+SWAP = "/mnt/nvme/vllm-hostkit.swap"
+
+
+@pytest.mark.slow
+def test_verify_names_the_kernels_drifted_settings_and_the_deploy_repairs_them(main_host, run_deploy, tmp_path):
+    inventory = lab_inventory(tmp_path / "lab_inventory.py", main_host)
+    main_host.ssh(f"swapoff {SWAP} && sysctl -w vm.swappiness=60"
+                  " && echo always > /sys/kernel/mm/transparent_hugepage/enabled", check=True)
+    verify = subprocess.run([sys.executable, "-m", "hostkit", "verify", str(inventory), "--format", "json"],
+                            capture_output=True, text=True, cwd=REPO, timeout=900)
+    assert verify.returncode == 1, verify.stdout[-4000:] + verify.stderr[-2000:]
+    (host,) = json.loads(verify.stdout)["hosts"]
+    failed = {check["name"]: check for check in host["checks"] if not check["ok"]}
+    assert set(failed) == {"swap active", "sysctl vm.swappiness", "THP enabled"}, failed_checks(verify.stdout)
+    message = {name: f"{name}: expected {c['expected']}; actual {c['actual']}; fix: {c['fix']}"
+               for name, c in failed.items()}
+    assert message["swap active"].startswith(f"swap active: expected {SWAP} in /proc/swaps at priority 10; actual ")
+    assert "sysctl vm.swappiness: expected 10; actual 60; fix: sysctl -w vm.swappiness=10," in (
+        message["sysctl vm.swappiness"])
+    assert "THP enabled: expected madvise; actual always; fix: " in message["THP enabled"]
+
+    repaired = run_deploy(main_host)
+    assert repaired.ok, repaired.output[-4000:]
+    verify = subprocess.run([sys.executable, "-m", "hostkit", "verify", str(inventory)],
+                            capture_output=True, text=True, cwd=REPO, timeout=900)
+    assert verify.returncode == 0, verify.stdout[-4000:]
 
 
 def failed_checks(verify_json: str) -> str:

@@ -23,6 +23,7 @@ from tests.e2e.conftest import FLEET_DATA, MAIN_DEPLOY, REPO, lab_inventory
 from tests.standin.install import install_standin
 
 pytestmark = pytest.mark.lab
+HOST_KIND = "container"
 
 NEW = FLEET_DATA
 BASE = {**NEW, "vllm_served_model_name": "lab-model"}

@@ -1,8 +1,11 @@
-"""`hostkit verify` and `pytest --pyinfra-inventory` on the shared `lab_fleet`, provisioned by the
-main deploy (by test_rollout.py before it, or here when run alone): all pass, in parallel; then each host is broken differently and the failures say
-what was expected, what was found and how to fix it; the deploy the fixes name repairs them.
+"""`hostkit verify` and `pytest --pyinfra-inventory` on the shared `lab_fleet` (container hosts),
+provisioned by the main deploy (by test_rollout.py before it, or here when run alone): all pass,
+in parallel, the settings a container leaves to its host (swap, sysctl, THP, NVMe) reported
+not applicable; then two hosts are broken differently and the failures say what was expected,
+what was found and how to fix it; the deploy the fixes name repairs them. The kernel's half
+(swap off, a sysctl and THP changed) is test_main_deploy.py's, on a VM.
 
-One story on one set of hosts: at most three boots and two deploys.
+One story on one set of hosts: two deploys.
 """
 
 from __future__ import annotations
@@ -19,9 +22,9 @@ import pytest
 from tests.e2e.conftest import FLEET_DATA
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
+HOST_KIND = "container"
 
 REPO = Path(__file__).resolve().parents[2]
-SWAP = "/mnt/nvme/vllm-hostkit.swap"
 UNIT = "/etc/systemd/system/vllm.service"
 
 
@@ -65,7 +68,13 @@ def test_verify_fresh_then_broken_hosts(lab_fleet, run_deploy, tmp_path):
     assert sorted(hosts_seen) == sorted(names)
     for host in hosts_seen.values():
         assert host["ok"] and host["remote_commands"] <= 3, host
-    assert elapsed < 0.8 * sum(host["seconds"] for host in hosts_seen.values())
+        left_to_host = {check["area"] for check in host["checks"] if check.get("status") == "not applicable"}
+        assert left_to_host >= {"swap", "kernel"}, host["checks"]
+    # In parallel: against one host at a time, the same verify takes most of the hosts' time longer
+    # (hostkit's own start-up, the same in both, is what a container host's second leaves).
+    _, one_at_a_time = hostkit_verify(inventory, "-n", "1", "--format", "json")
+    assert elapsed < one_at_a_time - 0.4 * sum(host["seconds"] for host in hosts_seen.values()), (
+        elapsed, one_at_a_time, [host["seconds"] for host in hosts_seen.values()])
     assert sorted(junit_failures(junit)) == sorted(names)
 
     # The same checks as testinfra tests through the pytest plugin, three xdist workers.
@@ -75,36 +84,28 @@ def test_verify_fresh_then_broken_hosts(lab_fleet, run_deploy, tmp_path):
         capture_output=True, text=True, cwd=REPO, timeout=1800,
     )
     assert tests.returncode == 0, tests.stdout[-3000:]
-    assert "15 passed" in tests.stdout
+    assert "6 passed, 9 skipped" in tests.stdout, tests.stdout[-3000:]
     for name in names:
         assert f"test_vllm_unit[paramiko://{name}]" in tests.stdout
 
-    # Break each host differently.
-    swapped_off, stopped, edited = hosts
-    swapped_off.ssh(f"swapoff {SWAP} && sysctl -w vm.swappiness=60", check=True)
-    stopped.ssh("systemctl stop vllm.service && echo always > /sys/kernel/mm/transparent_hugepage/enabled",
-                check=True)
+    # Break two hosts differently; the third stays as it was.
+    stopped, edited, untouched = hosts
+    stopped.ssh("systemctl stop vllm.service", check=True)
     edited.ssh(f"sed -i 's/^RestartSec=10$/RestartSec=11/' {UNIT} && grep -q RestartSec=11 {UNIT}", check=True)
 
     junit = tmp_path / "broken.xml"
     proc, _ = hostkit_verify(inventory, "-n", "3", "--format", "json", "--junitxml", str(junit))
     assert proc.returncode == 1, proc.stdout + proc.stderr
     hosts_seen = by_host(json.loads(proc.stdout))
-    assert failed_checks(hosts_seen[swapped_off.name]) == {"swap active", "sysctl vm.swappiness"}
-    assert failed_checks(hosts_seen[stopped.name]) == {"unit active", "server process", "ready (/health)",
-                                                       "THP enabled"}
+    assert failed_checks(hosts_seen[stopped.name]) == {"unit active", "server process", "ready (/health)"}
     assert failed_checks(hosts_seen[edited.name]) == {"unit file"}
+    assert failed_checks(hosts_seen[untouched.name]) == set()
 
     messages = junit_failures(junit)
-    assert messages[swapped_off.name]["swap active"].startswith(
-        f"swap active: expected {SWAP} in /proc/swaps at priority 10; actual ")
-    assert "sysctl vm.swappiness: expected 10; actual 60; fix: sysctl -w vm.swappiness=10," in (
-        messages[swapped_off.name]["sysctl vm.swappiness"])
     assert "expected active/running; actual inactive/dead" in messages[stopped.name]["unit active"]
     # A stopped unit is not waited for: the probe gives up on the first try, not at the ready timeout.
     assert "after 1 tries in " in messages[stopped.name]["ready (/health)"]
     assert "stopped waiting: unit inactive" in messages[stopped.name]["ready (/health)"]
-    assert "THP enabled: expected madvise; actual always; fix: " in messages[stopped.name]["THP enabled"]
     assert "actual edited or out of date, changed on disk since systemd loaded it" in (
         messages[edited.name]["unit file"])
     for host_messages in messages.values():
