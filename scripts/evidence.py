@@ -1,0 +1,95 @@
+"""Write docs/evidence/ from reports/*.json: the measured figures, never typed by hand.
+
+    python3 scripts/evidence.py          # rewrite docs/evidence/
+    python3 scripts/evidence.py --check  # exit 1 when docs/evidence/ is not what the reports give
+
+Each report has a "kind"; each kind has a page. A test (tests/unit/test_evidence.py) runs
+--check, so a report committed without its page, or a page edited by hand, fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+REPORTS = REPO / "reports"
+EVIDENCE = REPO / "docs" / "evidence"
+HEADER = "<!-- written by scripts/evidence.py from reports/*.json: do not edit -->\n"
+
+
+def minutes(seconds: float | None) -> str:
+    return "?" if seconds is None else f"{int(seconds) // 60} min {int(seconds) % 60:02d} s"
+
+
+def ci_runs(records: list[dict]) -> str:
+    lines = [HEADER, "# CI runs (`bash .ci/run` from a clean clone)\n",
+             "| date | commit | wall time | exit | suites | lanes (min) | machine, and what it had |",
+             "|---|---|---|---|---|---|---|"]
+    for record in sorted(records, key=lambda r: (r["date"], r["commit"])):
+        suites = "; ".join(f"{name}: {s['tests'] - s['failures'] - s['errors'] - s['skipped']} passed, "
+                           f"{s['failures'] + s['errors']} failed, {s['skipped']} skipped ({s['seconds']:.0f} s)"
+                           for name, s in record["suites"].items())
+        lanes = ", ".join(f"{lane} {value}" for lane, value in record["lane_minutes"].items())
+        lines.append(f"| {record['date']} | {record['commit']} | {minutes(record['wall_s'])} | "
+                     f"{record['exit_status']} | {suites} | {lanes} | {record['machine']}; {record['note']} |")
+    for record in sorted(records, key=lambda r: (r["date"], r["commit"])):
+        lines += ["", f"## {record['date']}, {record['commit']}: `{record['command']}`", "",
+                  "Lane groups (seconds, setup and teardown included):", "",
+                  "| group | seconds |", "|---|---|"]
+        lines += [f"| {group} | {seconds} |" for group, seconds in
+                  sorted(record["groups_s"].items(), key=lambda item: -item[1])]
+        failed = [name for suite in record["suites"].values() for name in suite["failed"]]
+        if failed:
+            lines += ["", "Failed:", "", *[f"- `{name}`" for name in failed]]
+        if record["figures"]:
+            lines += ["", "Figures the tests printed:", "", "```", *[json.dumps(f) for f in record["figures"]], "```"]
+    return "\n".join(lines) + "\n"
+
+
+def device_runs(records: list[dict]) -> str:
+    lines = [HEADER, "# Runs on a real GPU host (the device tool's H200)\n"]
+    for record in sorted(records, key=lambda r: (r["date"], r["command"])):
+        lines += [f"## {record['date']}, {record['commit']}: `{record['command']}`", "", record["note"], "",
+                  "| step | exit statuses |", "|---|---|"]
+        lines += [f"| {step['step']} | {', '.join(map(str, step['exit_statuses'])) or '-'} |" for step in record["steps"]]
+        for step in record["steps"]:
+            lines += ["", f"### {step['step']}", "", "```", *step["output"], "```"]
+        lines.append("")
+    return "\n".join(lines)
+
+
+PAGES = {"ci-run": ("ci-runs.md", ci_runs), "device-run": ("device-runs.md", device_runs)}
+
+
+def pages() -> dict[str, str]:
+    by_kind: dict[str, list[dict]] = {}
+    for path in sorted(REPORTS.glob("*.json")):
+        record = json.loads(path.read_text())
+        if record.get("kind") in PAGES:
+            by_kind.setdefault(record["kind"], []).append(record)
+    return {PAGES[kind][0]: PAGES[kind][1](records) for kind, records in by_kind.items()}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true")
+    args = parser.parse_args()
+    wanted = pages()
+    if args.check:
+        stale = [name for name, text in wanted.items()
+                 if not (EVIDENCE / name).exists() or (EVIDENCE / name).read_text() != text]
+        for name in stale:
+            print(f"docs/evidence/{name} is not what reports/*.json give: run python3 scripts/evidence.py")
+        return 1 if stale else 0
+    EVIDENCE.mkdir(parents=True, exist_ok=True)
+    for name, text in wanted.items():
+        (EVIDENCE / name).write_text(text)
+        print(f"docs/evidence/{name}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
