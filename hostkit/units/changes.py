@@ -6,7 +6,7 @@ its directives count, compared section by section and in order (repeated directi
 as Environment= accumulate; an empty one resets). Every directive needs a restart to take
 effect except the resource limits that systemd re-applies to the running unit's cgroup
 when it reloads the unit (measured on Debian 12's systemd 252, cgroup v2 and v1; the
-README's "Restarts" section): those change without one.
+docs/design.md, "When vLLM restarts"): those change without one.
 """
 
 from __future__ import annotations

@@ -47,7 +47,7 @@ def pytest_configure(config):
 
 
 def record(name: str, data: dict) -> None:
-    """Merge what a test measured into reports/realvllm/measured.json (for the README)."""
+    """Merge what a test measured into reports/realvllm/measured.json (the figures docs/testing.md quotes)."""
     REPORTS.mkdir(parents=True, exist_ok=True)
     path = REPORTS / "measured.json"
     measured = json.loads(path.read_text()) if path.is_file() else {}
