@@ -228,10 +228,16 @@ def kernel_checks(plan: KernelPlan, kernel: KernelState, kernel_cmdline: str, ho
 def gpu_checks(profile: Any, gpu_facts: Any) -> list[CheckResult]:
     """hostkit.plan.gpu_policy's verdict (the deploy's own GPU gate), one result per failed check."""
     verdict = evaluate(GpuPolicy.from_profile(profile), gpu_facts)
-    if verdict.ok:
+    # A GPU command past its deadline fails the host whatever the policy, as the deploy refuses
+    # it (hostkit.operations.gpu.snapshot_finished): a wedged nvidia-smi is not "no GPU".
+    timeouts = list(getattr(gpu_facts, "timeouts", ()))
+    deadline = [_check("gpu", "GPU read in time", False, "nvidia-smi and the kernel log answer within their deadlines",
+                       "; ".join(timeouts), "see what wedges the GPU or its driver (the kernel log's Xid lines, "
+                       "nvidia-bug-report.sh), or reboot the host")] if timeouts else []
+    if verdict.ok and not deadline:
         summary = verdict.summary + "".join(f"; warning: {w}" for w in verdict.warnings)
         return [_check("gpu", "GPU health", True, "the gpu_* policy of the profile", summary, "")]
-    return [_check("gpu", f"GPU {f.check}", False, f.expected, f.actual, f.fix) for f in verdict.failures]
+    return deadline + [_check("gpu", f"GPU {f.check}", False, f.expected, f.actual, f.fix) for f in verdict.failures]
 
 
 # -- vLLM ----------------------------------------------------------------------------------

@@ -277,6 +277,22 @@ def test_a_systemctl_past_its_deadline_is_named_first():
     assert failed(check_host(profile, plan, snapshot, probes)) == {}
 
 
+def test_a_gpu_command_past_its_deadline_fails_even_where_no_gpu_is_required():
+    profile, plan, snapshot, probes = converged()
+    assert not profile.gpu_required  # the lab's data: no GPU there, nvidia-smi absent
+    wedged = with_section(snapshot, "gpu", driver_present=True,
+                          nvidia_smi_error="nvidia-smi --query-gpu timed out after 3 s",
+                          timeouts=("nvidia-smi --query-gpu timed out after 3 s",
+                                    "nvidia-smi --query-compute-apps timed out after 3 s"))
+    results = check_host(profile, plan, wedged, probes)
+    assert failed(results) == {"GPU read in time": (
+        "GPU read in time: expected nvidia-smi and the kernel log answer within their deadlines; actual "
+        "nvidia-smi --query-gpu timed out after 3 s; nvidia-smi --query-compute-apps timed out after 3 s; "
+        "fix: see what wedges the GPU or its driver (the kernel log's Xid lines, nvidia-bug-report.sh), "
+        "or reboot the host")}
+    assert "GPU health" not in {r.name for r in results}
+
+
 def test_the_watchdog_is_checked_installed_and_active():
     profile, plan, snapshot, probes = converged()
     results = {r.name: r for r in check_host(profile, plan, snapshot, probes)}
