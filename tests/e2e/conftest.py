@@ -128,6 +128,14 @@ def _selected(config, items) -> list:
             if compiled.evaluate(lambda name, item=item: item.get_closest_marker(name) is not None)]
 
 
+def _lane_count(config) -> int:
+    """xdist's worker count. Each worker collects and schedules for itself: it must see the
+    count that the controller was given (its own -n is unset)."""
+    workerinput = getattr(config, "workerinput", None)
+    workers = workerinput["workercount"] if workerinput else config.getoption("numprocesses", None)
+    return workers if isinstance(workers, int) and workers > 0 else 1
+
+
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the xdist_group marks
 def pytest_collection_modifyitems(config, items):
     e2e = [item for item in items if "e2e" in Path(str(item.fspath)).parts]
@@ -135,9 +143,8 @@ def pytest_collection_modifyitems(config, items):
         item.add_marker(pytest.mark.lab)
         if item_group(item) in OTHER_RELEASE:
             item.add_marker(pytest.mark.other_release)
-    workers = config.getoption("numprocesses", None)
     groups = sorted({item_group(item) for item in _selected(config, e2e)})
-    schedule = lanes.assign(lanes.measured(groups), workers if isinstance(workers, int) and workers > 0 else 1)
+    schedule = lanes.assign(lanes.measured(groups), _lane_count(config))
     for item in e2e:
         item.add_marker(pytest.mark.xdist_group(schedule.get(item_group(item), "unscheduled")))
     items.sort(key=run_order)  # stable: file order within each rank
