@@ -26,7 +26,7 @@ demo-real: install
 # (HOST_KIND; tests/e2e/conftest.py). The unit tests run before, in a pytest of their own: some
 # load pyinfra's CLI, whose gevent monkey-patching breaks xdist's workers.
 # Real vLLM on a VM (marker real_vllm_lab) is `make e2e-real`; on a container host it is in
-# `make test`. Debian 11 and 13 (marker other_release) are `make e2e-releases`.
+# `make test`. Kernel tuning on Debian 13 (marker other_release) is `make e2e-releases`.
 XDIST := -n 2 --dist loadgroup --no-loadscope-reorder -m "not real_vllm_lab and not other_release"
 
 # Then the fault report (scripts/fault_report.py) summarises the bad-input, fault and
@@ -39,13 +39,15 @@ test: before-lanes
 
 # What comes before the lanes runs side by side, each its own process with nothing shared but
 # apt (hostkit_lab/apt.py takes turns): the unit tests (one core), real vLLM natively, and the
-# lanes' Debian 12 image (apt and mmdebstrap, mostly waiting on the mirror), which the lanes would
-# otherwise build while a lane waits. Each one's output comes whole when it ends.
+# lanes' images (apt and mmdebstrap, mostly waiting on the mirror: Debian 12's VM image and
+# container root filesystem, Debian 11's and 13's VM images), which the lanes would otherwise
+# build while a lane waits. Each one's output comes whole when it ends.
 before-lanes: install
 	$(MAKE) --no-print-directory -j3 --output-sync=target unit realvllm lab-images
 
 lab-images: install
 	$(PY) -m hostkit_lab images debian12
+	$(PY) -m hostkit_lab images --kind vm debian11 debian13
 
 unit: install
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(PY) -m pytest tests/unit -q
@@ -60,8 +62,7 @@ realvllm: install
 e2e: install
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(PY) -m pytest tests/e2e $(XDIST) --durations=30
 
-# The main deploy, a reboot and verify on Debian 11 and 13, and kernel tuning on 13: about
-# 12 min on two lanes (measured in the lanes of make test, 2026-12-02).
+# Kernel tuning on Debian 13 (the main deploy on Debian 11 and 13 is in make test).
 e2e-releases: install
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(PY) -m pytest tests/e2e -n 2 --dist loadgroup --no-loadscope-reorder \
 	  -m other_release --durations=10

@@ -34,12 +34,16 @@ def up(count: int, os_name: str, cgroup: str, cpus: int, kind: str) -> None:
 
 @lab.command()
 @click.argument("os_names", nargs=-1, type=click.Choice(sorted(SUITES)))
-def images(os_names: tuple[str, ...]) -> None:
+@click.option("--kind", "kinds", type=click.Choice(["vm", "container"]), multiple=True,
+              help="Only these kinds of host (default: both).")
+def images(os_names: tuple[str, ...], kinds: tuple[str, ...]) -> None:
     """Build the cached VM images and container root filesystems of OS_NAMES (every release
     when none is named)."""
     for os_name in os_names or sorted(SUITES):
-        click.echo(f"{os_name}\tvm\t{base_image(os_name).root_disk}")
-        click.echo(f"{os_name}\tcontainer\t{base_rootfs(os_name).path}")
+        if "vm" in (kinds or ("vm",)):
+            click.echo(f"{os_name}\tvm\t{base_image(os_name).root_disk}")
+        if "container" in (kinds or ("container",)):
+            click.echo(f"{os_name}\tcontainer\t{base_rootfs(os_name).path}")
 
 
 @lab.command()

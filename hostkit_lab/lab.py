@@ -73,8 +73,8 @@ class Lab:
         """Start `count` fresh hosts of `kind` (besides any already running) and wait for ssh on all.
 
         VMs take `cgroup`, `cpus`, `memory_mb` and `disks`; containers take `binds`."""
-        if kind == "vm" and cgroup == "v1" and os_name != "debian12":
-            raise SystemExit("cgroup v1 needs --os debian12: Debian 13's systemd refuses cgroup v1")
+        if kind == "vm" and cgroup == "v1" and os_name == "debian13":
+            raise SystemExit("cgroup v1 needs Debian 11 or 12: Debian 13's systemd refuses cgroup v1")
         existing = self.hosts()
         taken = {h.name for h in existing}
         new_hosts = []

@@ -8,7 +8,8 @@ daemon-reload runs only when the unit file changed. The service restarts only fo
 of what runs (`service_changes`): a directive that needs a restart, the environment file,
 the command file replaced since the process started (a new release), or when it is not
 running. A changed comment rewrites the unit without a restart; a changed memory limit is
-applied to the running unit's cgroup by the daemon-reload alone. A rerun yields nothing.
+applied to the running unit's cgroup after the daemon-reload (hostkit/remote/vllm_live_limits.sh:
+systemd 257 no longer does it on reload). A rerun yields nothing.
 
 The environment file holds the API key. It is uploaded from memory (FileUploadCommand of
 a StringIO, which pyinfra logs as "file uploaded: PATH", never the content) into a
@@ -423,6 +424,8 @@ def vllm_service(plan: VllmPlan, profile: Any = None):
         installing.append(f"install -m 0644 -o root -g root {VERIFY_PATH} {staged} && mv -f {staged} {UNIT_PATH}")
     if changes.daemon_reload:
         installing.append("systemctl daemon-reload")
+    if changes.live_limits and not changes.restart:
+        installing.append(f"(\nhk_unit={VLLM_UNIT}\n{host_file('vllm_live_limits.sh')})")
     if changes.enable:
         installing.append(f"systemctl enable {VLLM_UNIT}")
     if changes.restart:

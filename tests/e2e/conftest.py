@@ -10,6 +10,8 @@
 - `main_host`: a fresh VM with the vLLM stand-in, shared by the modules in MAIN_HOST_MODULES:
   test_main_deploy.py provisions it, the modules after it deploy their own data on it.
 - `lab_fleet`: three fresh container hosts with the stand-in, shared by the modules in FLEET_MODULES.
+- `release_host(shared_hosts, os_name)`: the Debian 11 (cgroup v1) or 13 (cgroup v2) VM that
+  test_distros.py provisions with the main deploy and test_vllm_service.py's kernel-cgroup tests reuse.
 - `lab_host_factory(os_name=..., cgroup=..., kind=...)`: fresh hosts of other kinds.
 - `run_deploy(host_or_hosts, data=None, deploy=..., extra=())` (`module_run_deploy` for module
   fixtures): the pyinfra CLI on a temporary
@@ -69,10 +71,15 @@ LAB_CPUS = 1
 # Boots are the slowest part of the lab (qemu TCG), so some modules share hosts. Those run
 # first, in this order, next to the others sharing their hosts, and each shared host is removed
 # after the last test that uses it (see pytest_runtest_teardown). The rest run in file order.
-MAIN_HOST_MODULES = ("test_main_deploy.py", "test_bad_input.py", "test_doctor_smoke.py", "test_security.py",
-                     "test_monitoring.py")
+MAIN_HOST_MODULES = ("test_main_deploy.py", "test_bad_input.py", "test_doctor_smoke.py", "test_monitoring.py")
 FLEET_MODULES = ("test_rollout.py", "test_verify.py")
-MODULE_ORDER = (*MAIN_HOST_MODULES, *FLEET_MODULES)
+# The other releases' VMs, one each, with the cgroup version their users mostly run: test_distros.py
+# provisions each with the main deploy (so it goes first), then test_vllm_service.py's tests of
+# what the cgroup version changes converge the vLLM unit on it. A boot each saved under qemu TCG.
+RELEASE_HOSTS = {"debian11": "v1", "debian13": "v2"}
+RELEASE_HOST_PARAMETERS = {("test_distros.py", "debian11"): "debian11", ("test_distros.py", "debian13"): "debian13",
+                           ("test_vllm_service.py", "v1"): "debian11", ("test_vllm_service.py", "v2"): "debian13"}
+MODULE_ORDER = (*MAIN_HOST_MODULES, *FLEET_MODULES, "test_distros.py")
 # Modules whose parameter starts a host of its own: each such module[parameter] is a lane group.
 HOST_PARAMETERS = {
     "test_vllm_service.py": ("container", "v2", "v1"),
@@ -80,8 +87,8 @@ HOST_PARAMETERS = {
     "test_distros.py": ("debian11", "debian13"),
     "test_real_vllm.py": ("container", "vm"),
 }
-# Debian 11 and 13 (marker other_release): `make e2e-releases`, not `make test`.
-OTHER_RELEASE = ("test_distros.py[debian11]", "test_distros.py[debian13]", "test_kernel.py[debian13]")
+# Kernel tuning on Debian 13 (marker other_release): `make e2e-releases`, not `make test`.
+OTHER_RELEASE = ("test_kernel.py[debian13]",)
 
 # The data test_rollout.py leaves `lab_fleet` on: test_verify.py starts from a converged fleet
 # (its own first deploy changes nothing), and from three fresh hosts when run alone.
@@ -100,10 +107,16 @@ def group_of(module: str, param: str | None) -> str:
         return "fleet"
     if module in HOST_PARAMETERS:
         for part in (param or "").split("-"):
+            if (module, part) in RELEASE_HOST_PARAMETERS:
+                return release_group(RELEASE_HOST_PARAMETERS[module, part])
             if part in HOST_PARAMETERS[module]:
                 return f"{module}[{part}]"
         raise LookupError(f"{module}[{param}]: its host parameter is none of {HOST_PARAMETERS[module]}")
     return module
+
+
+def release_group(os_name: str) -> str:
+    return f"{os_name} host"
 
 
 def item_group(item) -> str:
@@ -151,20 +164,21 @@ def pytest_collection_modifyitems(config, items):
 
 
 class SharedHosts:
-    """Hosts that several modules share: started on first use, removed after their last user."""
+    """Hosts that a lane group's modules share: started on first use, removed after the group's
+    last test (all of a group's tests run on one worker, in order)."""
 
     def __init__(self, lab: Lab):
         self.lab = lab
         self.started: dict[str, list[LabHost]] = {}
 
-    def start(self, fixture_name: str, count: int, prefix: str, kind: str = "vm") -> list[LabHost]:
-        hosts = self.lab.up(count, prefix=prefix, kind=kind)
-        self.started[fixture_name] = hosts
-        return hosts
+    def get(self, group: str, count: int, prefix: str, **up) -> list[LabHost]:
+        if group not in self.started:
+            self.started[group] = self.lab.up(count, prefix=prefix, **up)
+        return self.started[group]
 
     def release_unused(self, still_needed) -> None:
-        for fixture_name in [name for name in self.started if name not in still_needed]:
-            for lab_host in self.started.pop(fixture_name):
+        for group in [name for name in self.started if name not in still_needed]:
+            for lab_host in self.started.pop(group):
                 self.lab.remove(lab_host.name)
 
 
@@ -176,7 +190,7 @@ def pytest_runtest_teardown(item, nextitem):
     if shared is not None and shared.started:
         items = item.session.items
         later = items[items.index(item) + 1:]
-        shared.release_unused({name for later_item in later for name in later_item.fixturenames})
+        shared.release_unused({item_group(later_item) for later_item in later})
 
 
 def _lab_hosts(value, depth: int = 0):
@@ -215,14 +229,25 @@ def shared_hosts(lab, request) -> SharedHosts:
 
 @pytest.fixture(scope="session")
 def main_host(shared_hosts) -> LabHost:
-    (lab_host,) = shared_hosts.start("main_host", 1, prefix="main")
+    (lab_host,) = shared_hosts.get("main host", 1, prefix="main")
     install_standin(lab_host)
+    return lab_host
+
+
+def release_host(shared_hosts: SharedHosts, os_name: str) -> LabHost:
+    """The shared VM of `os_name` (RELEASE_HOSTS), with the stand-in."""
+    group = release_group(os_name)
+    fresh = group not in shared_hosts.started
+    (lab_host,) = shared_hosts.get(group, 1, prefix=f"rel{os_name[-2:]}x", os_name=os_name,
+                                   cgroup=RELEASE_HOSTS[os_name])
+    if fresh:
+        install_standin(lab_host)
     return lab_host
 
 
 @pytest.fixture(scope="session")
 def lab_fleet(shared_hosts) -> list[LabHost]:
-    hosts = shared_hosts.start("lab_fleet", 3, prefix="fleet", kind="container")
+    hosts = shared_hosts.get("fleet", 3, prefix="fleet", kind="container")
     for lab_host in hosts:
         install_standin(lab_host)
     return hosts

@@ -15,3 +15,9 @@ def sh(lab_host, command: str, timeout: float = 600) -> str:
         time.sleep(5)
     assert result.returncode == 0, f"{lab_host.name}: `{command}` exited {result.returncode}: {result.stderr.strip()}"
     return result.stdout
+
+
+def assert_root_owned(lab_host, path: str) -> None:
+    """`path` on `lab_host` belongs to root and no one else may write it."""
+    mode, user = sh(lab_host, f"stat -c '%a %U' {path}").split()
+    assert user == "root" and int(mode, 8) & 0o022 == 0, (path, mode, user)

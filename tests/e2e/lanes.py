@@ -1,7 +1,7 @@
 """The end-to-end lanes: which xdist worker runs which tests, scheduled from measured durations.
 
 The unit of scheduling is a host-sharing group: modules that share a host (MAIN_HOST_MODULES,
-FLEET_MODULES in conftest) go together; every other module, or module[parameter] where a
+FLEET_MODULES, RELEASE_HOST_PARAMETERS in conftest) go together; every other module, or module[parameter] where a
 parameter starts a host of its own, is a group alone. Groups are assigned longest first to
 the lane with the least work so far (LPT), from the durations of the last measured run in
 durations.json (`python -m tests.e2e.lanes --junit reports/e2e.xml` writes it). A group

@@ -1,6 +1,7 @@
-"""Debian 11 (systemd 247, kernel 5.10) and Debian 13 (systemd 257, kernel 6.12): the main
-deploy, a no-change rerun, a reboot and `hostkit verify`, as test_main_deploy.py does on
-Debian 12.
+"""Debian 11 (systemd 247, kernel 5.10, booted with cgroup v1) and Debian 13 (systemd 257,
+kernel 6.12, cgroup v2): the main deploy, a no-change rerun, a reboot and `hostkit verify`, as
+test_main_deploy.py does on Debian 12. Each VM then serves test_vllm_service.py's tests of what
+the cgroup version changes (conftest.RELEASE_HOSTS).
 """
 
 from __future__ import annotations
@@ -11,9 +12,8 @@ import sys
 
 import pytest
 
-from hostkit.facts.platform import PlatformFact, PlatformInfo
-from tests.e2e.conftest import REPO, lab_inventory
-from tests.standin.install import install_standin
+from hostkit.facts.platform import PlatformFact
+from tests.e2e.conftest import REPO, RELEASE_HOSTS, lab_inventory, release_host
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 
@@ -22,13 +22,13 @@ pytestmark = [pytest.mark.lab, pytest.mark.slow]
 # Ubuntu 24.04's (255) from above.
 @pytest.mark.parametrize(("os_name", "systemd"), [pytest.param("debian11", "247", id="debian11"),
                                                   pytest.param("debian13", "257", id="debian13")])
-def test_main_deploy_reboot_and_verify(lab_host_factory, run_deploy, tmp_path, os_name, systemd):
-    lab_host = lab_host_factory(os_name=os_name)
+def test_main_deploy_reboot_and_verify(shared_hosts, run_deploy, tmp_path, os_name, systemd):
+    lab_host = release_host(shared_hosts, os_name)
     assert lab_host.ssh("systemctl --version", check=True).stdout.split()[1] == systemd
-    assert lab_host.ssh("stat -fc %T /sys/fs/cgroup", check=True).stdout.strip() == "cgroup2fs"
+    cgroup_fs = {"v1": "tmpfs", "v2": "cgroup2fs"}[RELEASE_HOSTS[os_name]]
+    assert lab_host.ssh("stat -fc %T /sys/fs/cgroup", check=True).stdout.strip() == cgroup_fs
     platform = PlatformFact().process(lab_host.ssh(PlatformFact().command(), check=True).stdout.splitlines())
-    assert platform == PlatformInfo(python="/usr/bin/python3", package_manager="apt")
-    install_standin(lab_host)
+    assert (platform.python, platform.package_manager, platform.container) == ("/usr/bin/python3", "apt", None)
 
     first = run_deploy(lab_host)
     assert first.ok, first.output[-4000:]

@@ -11,7 +11,10 @@ import sys
 
 import pytest
 
-from conftest import REPO, lab_data, lab_inventory
+from tests.e2e.conftest import REPO, lab_data, lab_inventory
+from tests.e2e.lab_shell import assert_root_owned, sh
+
+SWAP = "/mnt/nvme/vllm-hostkit.swap"
 
 
 @pytest.mark.slow
@@ -30,6 +33,10 @@ def test_deploy_converges_reruns_without_change_and_survives_a_reboot(main_host,
     first = run_deploy(lab_host)
     assert first.ok, first.output[-4000:]
     assert "vLLM host | Swap file on NVMe" in first.changed
+    # The files only a VM gets (test_security.py audits the rest on a container host).
+    assert sh(lab_host, f"stat -c '%a %U %G' {SWAP}").split() == ["600", "root", "root"]
+    for path in ("/etc/systemd/system/vllm-hostkit-thp.service", "/etc/sysctl.d/99-zz-vllm-hostkit.conf"):
+        assert_root_owned(lab_host, path)
 
     second = run_deploy(lab_host)
     assert second.ok, second.output[-4000:]
@@ -47,9 +54,6 @@ def test_deploy_converges_reruns_without_change_and_survives_a_reboot(main_host,
 
     after_reboot = run_deploy(lab_host)
     assert after_reboot.ok and after_reboot.changed == [], after_reboot.changed
-
-
-SWAP = "/mnt/nvme/vllm-hostkit.swap"
 
 
 @pytest.mark.slow

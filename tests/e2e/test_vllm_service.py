@@ -1,6 +1,7 @@
 """vLLM as a systemd service on real lab hosts, with the vLLM stand-in.
 
-Three hosts serve the module: a container and two VMs, one per cgroup version. Every test
+Three hosts serve the module: a container and two VMs, one per cgroup version (the Debian 11
+and 13 VMs that test_distros.py provisions, conftest.RELEASE_HOSTS). Every test
 first converges its host to BASE, so each starts from a serving unit whatever ran before it.
 The deploy is tests/e2e/vllm_deploy.py: hostkit's plan, then only the vLLM operations. What
 the kernel's cgroup version changes (the memory directives, the limit the kernel enforces,
@@ -19,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from hostkit.vllm.readiness import Probe, probe_command
+from tests.e2e.conftest import RELEASE_HOSTS, release_host
 from tests.e2e.lab_shell import sh
 from tests.standin.install import install_standin
 from tests.waiting import wait_for
@@ -36,16 +38,17 @@ BASE = {
 }
 UNIT_PROPERTIES = ("ActiveState", "SubState", "MainPID", "ActiveEnterTimestampMonotonic", "NRestarts",
                    "UnitFileState", "User", "ExecMainStartTimestampMonotonic", "InvocationID")
+RELEASE_OF_CGROUP = {cgroup: os_name for os_name, cgroup in RELEASE_HOSTS.items()}
 # What identifies one run of the service: a restart changes both.
 RUN_IDENTITY = ("InvocationID", "MainPID")
 
 
 @pytest.fixture(scope="module", params=["container", "v2", "v1"])
-def vllm_host(lab, request):
-    if request.param == "container":
-        lab_host = lab.up(1, os_name="debian12", prefix="vllmcx", kind="container")[0]
-    else:
-        lab_host = lab.up(1, os_name="debian12", cgroup=request.param, prefix=f"vllm{request.param}x")[0]
+def vllm_host(lab, shared_hosts, request):
+    if request.param != "container":
+        yield release_host(shared_hosts, RELEASE_OF_CGROUP[request.param])
+        return
+    lab_host = lab.up(1, os_name="debian12", prefix="vllmcx", kind="container")[0]
     install_standin(lab_host)
     yield lab_host
     lab.remove(lab_host.name)
@@ -78,9 +81,17 @@ def journal_cursor(lab_host) -> str:
     return output.strip().rsplit("cursor: ", 1)[1]
 
 
+# systemd's "unit started" journal message: its text names the unit by description before
+# systemd 249 and by name after, its ID is the same in every release.
+STARTED_MESSAGE_ID = "39f53479d3a045ac8e11786248231fbf"
+
+
 def starts_since(lab_host, cursor: str) -> int:
-    journal = sh(lab_host, f"journalctl -u vllm.service --after-cursor='{cursor}' -o cat --no-pager")
-    return len(re.findall(r"^Started vllm\.service", journal, re.MULTILINE))
+    journal = sh(lab_host, f"journalctl -u vllm.service --after-cursor='{cursor}' --no-pager -o json"
+                           " --output-fields=MESSAGE_ID,JOB_TYPE,JOB_RESULT")
+    entries = [json.loads(line) for line in journal.splitlines() if line.strip()]
+    return sum(1 for entry in entries if entry.get("MESSAGE_ID") == STARTED_MESSAGE_ID
+               and entry.get("JOB_TYPE") == "start" and entry.get("JOB_RESULT") == "done")
 
 
 @KERNEL_CGROUPS
