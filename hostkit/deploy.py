@@ -13,9 +13,11 @@ from pyinfra.api.exceptions import PyinfraError
 
 from hostkit.facts.snapshot import snapshot
 from hostkit.plan.snapshot_facts import planning_facts
-from hostkit.operations import driver_hold, gpu, kernel, lock, monitoring, swap, vllm_install, vllm_service, watchdog
+from hostkit.operations import (
+    driver_hold, gpu, kernel, lock, monitoring, nvme_boot, swap, vllm_install, vllm_service, watchdog,
+)
 from hostkit.plan.planner import PlanError, plan_host
-from hostkit.plan.plans import HostPlan
+from hostkit.plan.plans import NVME_UNIT, HostPlan
 from hostkit.profile.host_profile import HostProfile, ProfileError, validate_inventory
 
 _PROFILES_ATTR = "_hostkit_profiles"
@@ -76,6 +78,9 @@ def vllm_host() -> None:
                               profile=profile, _timeout=swap.NVME_PREPARE_DEADLINE_S)
         swap.swap_file(name="Swap file on NVMe", plan=plan.swap, profile=profile,
                        _timeout=swap.swap_deadline_s(plan.swap))
+        # After both: it takes over a mounted disk and an active file (make-before-break).
+        nvme_boot.nvme_boot(name=f"NVMe and swap at boot ({NVME_UNIT})", nvme=plan.nvme, swap=plan.swap,
+                            profile=profile, _timeout=nvme_boot.INSTALL_DEADLINE_S)
         kernel.sysctl_settings(name="Kernel memory sysctls", plan=plan.kernel, profile=profile)
         kernel.transparent_hugepages(name="Transparent hugepages", plan=plan.kernel, profile=profile)
     # Before the vLLM unit: a host whose vLLM fails to start is the one to watch.

@@ -28,6 +28,7 @@ from hostkit.plan.plans import (
     VllmRuntimePlan,
     VllmSizing,
     left_to_host,
+    nvme_lifecycle,
 )
 from hostkit.profile.host_profile import HostProfile, ProfileError, load_inventory, validate_inventory
 from hostkit.profile.sizes import format_size
@@ -136,7 +137,9 @@ def _host_setting_lines(plan: HostPlan) -> list[str]:
     """NVMe, swap, sysctl and THP, as hostkit sets them on a VM or bare metal."""
     lines = []
     if plan.nvme is not None:
-        lines.append(f"nvme      {plan.nvme.device}: {plan.nvme.fstype} at {plan.nvme.mount} (formatted only if blank)")
+        lines.append(f"nvme      {plan.nvme.device} ({plan.nvme.by_id}): {plan.nvme.fstype} at {plan.nvme.mount}"
+                     " (formatted only if blank)")
+        lines.append(f"          {nvme_lifecycle(plan.nvme, plan.swap)}")
     swap = plan.swap
     if swap.enabled:
         lines.append(f"swap      {swap.path}  {format_size(swap.size_bytes)}  priority {swap.priority}")

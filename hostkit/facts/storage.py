@@ -18,7 +18,7 @@ from pyinfra.api import FactBase
 
 from hostkit.remote import host_file
 from hostkit.facts.parts import split_on_marker, to_int
-from hostkit.plan.plans import SWAP_FILE_NAME
+from hostkit.plan.plans import NVME_SETTINGS_FILE, NVME_UNIT, SWAP_FILE_NAME
 from hostkit.profile.host_profile import value_or_default
 
 PART_MARKER = "%%hostkit-storage:"
@@ -30,6 +30,17 @@ TEMP_SUFFIX = ".new"  # make-before-break resize builds `<path>.new` first
 SWAP_FILE_SELINUX_TYPE = "swapfile_t"
 # Filesystems that can hold a hostkit swap file: the command looks for one on each.
 SWAP_CAPABLE_FSTYPES = ("ext2", "ext3", "ext4", "xfs", "btrfs")
+
+# The boot unit's files (hostkit.operations.nvme_boot): the unit, its settings, and the host
+# shell it runs, which is the deploy's own (hostkit/remote/), installed beside it.
+NVME_UNIT_PATH = f"/etc/systemd/system/{NVME_UNIT}"
+NVME_WANTED_BY = "multi-user.target"
+NVME_WANTS_LINK = f"/etc/systemd/system/{NVME_WANTED_BY}.wants/{NVME_UNIT}"
+NVME_LIB_DIR = "/usr/local/lib/vllm-hostkit"
+NVME_SCRIPTS = ("swap_lib.sh", "nvme_format.sh", "nvme_boot.sh")
+NVME_FILES = (NVME_UNIT_PATH, NVME_SETTINGS_FILE, *(f"{NVME_LIB_DIR}/{name}" for name in NVME_SCRIPTS))
+# udev's by-id names that are not model_serial: WWN/EUI/UUID forms, and partitions.
+_NOT_MODEL_SERIAL = re.compile(r"^nvme-(eui|nvme|uuid)\.|-part\d+$")
 
 _OCTAL_ESCAPE = re.compile(r"\\([0-7]{3})")
 
@@ -123,6 +134,7 @@ class DeviceSignatures:
     partitions: tuple[str, ...] = ()
     real_path: str = ""  # the device node a /dev/disk/by-* link points to
     uuid: str | None = None  # filesystem UUID, when blkid found a filesystem
+    label: str | None = None  # filesystem label, when blkid found one
 
     @property
     def blank(self) -> bool:
@@ -184,6 +196,18 @@ class StorageInfo:
     files: dict[str, FileStat] = field(default_factory=dict)
     dirs: dict[str, DirInfo] = field(default_factory=dict)
     lsblk_without_path: bool = False  # util-linux < 2.33: paths derived from kernel names
+    by_id: dict[str, str] = field(default_factory=dict)  # /dev/disk/by-id/nvme-* link -> the device it names
+    nvme_unit_sha256: dict[str, str] = field(default_factory=dict)  # of NVME_FILES present
+    nvme_unit_enabled: bool = False
+
+    def model_serial_link(self, device: str) -> str | None:
+        """The /dev/disk/by-id link that names `device` by model and serial. Where udev also
+        made one with the namespace id appended (`..._1`, systemd 253 and later), that one:
+        the plain name is ambiguous on a disk of several namespaces."""
+        links = sorted(link for link, target in self.by_id.items()
+                       if target == device and not _NOT_MODEL_SERIAL.search(posixpath.basename(link)))
+        with_nsid = [link for link in links if re.sub(r"_\d+$", "", link) in links and link != re.sub(r"_\d+$", "", link)]
+        return (with_nsid or links or [None])[0]
 
     def swap_area(self, path: str) -> SwapArea | None:
         return next((s for s in self.swaps if s.path == path), None)
@@ -286,6 +310,8 @@ class StorageFact(FactBase):
             "hk_swap_file": SWAP_FILE_NAME,
             "hk_temp_suffix": TEMP_SUFFIX,
             "hk_swap_fstypes": " ".join(SWAP_CAPABLE_FSTYPES),
+            "hk_nvme_files": " ".join(NVME_FILES),
+            "hk_nvme_wants": NVME_WANTS_LINK,
         }
         lines = [f"{name}={shlex.quote(value)}" for name, value in settings.items()]
         lines.append(f"set -- {shlex.join(explicit_dirs)}" if explicit_dirs else "set --")
@@ -306,6 +332,9 @@ class StorageFact(FactBase):
             files=parse_files(parts.get("files", [])),
             dirs=parse_dirs(parts.get("dirs", [])),
             lsblk_without_path=without_path,
+            by_id=parse_by_id(parts.get("by-id", [])),
+            nvme_unit_sha256=parse_sha256(parts.get("nvme-unit", [])),
+            nvme_unit_enabled="enabled" in parts.get("nvme-unit", []),
         )
 
 
@@ -431,7 +460,8 @@ def parse_devices(lines: list[str]) -> dict[str, DeviceSignatures]:
         if line.startswith("device "):
             device = line[len("device "):].strip()
             current = found.setdefault(
-                device, {"present": False, "probed": False, "sigs": [], "children": [], "real_path": "", "uuid": None}
+                device, {"present": False, "probed": False, "sigs": [], "children": [], "real_path": "", "uuid": None,
+                         "label": None}
             )
         elif current is None:
             continue
@@ -445,6 +475,8 @@ def parse_devices(lines: list[str]) -> dict[str, DeviceSignatures]:
             current["real_path"] = line[len("realpath="):].strip()
         elif line.startswith("blkid:UUID="):
             current["uuid"] = line[len("blkid:UUID="):].strip()
+        elif line.startswith("blkid:LABEL="):
+            current["label"] = line[len("blkid:LABEL="):].strip()
         elif line.startswith("blkid:"):
             current["sigs"].append(line[len("blkid:"):].partition("=")[2].strip())
         elif line.startswith("child="):
@@ -458,6 +490,7 @@ def parse_devices(lines: list[str]) -> dict[str, DeviceSignatures]:
             probed=data["probed"],
             real_path=data["real_path"] or device,
             uuid=data["uuid"],
+            label=data["label"],
         )
         for device, data in found.items()
     }
@@ -503,3 +536,22 @@ def parse_dirs(lines: list[str]) -> dict[str, DirInfo]:
             path=requested, existing=existing, mountpoint=mountpoint, statfs_type=statfs_type
         )
     return dirs
+
+
+def parse_by_id(lines: list[str]) -> dict[str, str]:
+    """`NAME TARGET` lines (find -printf '%f %l'): udev's links are relative (../../nvme0n1)."""
+    links = {}
+    for line in lines:
+        name, _, target = line.strip().partition(" ")
+        if name and target:
+            links[f"/dev/disk/by-id/{name}"] = posixpath.normpath(posixpath.join("/dev/disk/by-id", target))
+    return links
+
+
+def parse_sha256(lines: list[str]) -> dict[str, str]:
+    sums = {}
+    for line in lines:
+        parts = line.split(None, 2)
+        if len(parts) == 3 and parts[0] == "sha256":
+            sums[parts[2].strip()] = parts[1]
+    return sums

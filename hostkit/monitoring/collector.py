@@ -24,6 +24,7 @@ import errno
 import json
 import os
 import re
+import shlex
 import socket
 import subprocess
 import sys
@@ -37,6 +38,7 @@ SYSTEMD_PROPERTIES = ("ActiveState", "SubState", "Result", "NRestarts", "Control
 XID_RE = re.compile(r"NVRM: Xid \([^)]*\): (\d+)")
 OOM_TASK_MEMCG_RE = re.compile(r"oom-kill:.*\btask_memcg=([^,\s]+)")
 TEXTFILE_NAME = "hostkit.prom"
+SWAP_FILE_NAME = "vllm-hostkit.swap"
 
 # name: (type, help). Every sample written must be declared here.
 METRICS = {
@@ -57,6 +59,7 @@ METRICS = {
     "hostkit_memory_available_bytes": ("gauge", "Host RAM available without swapping (MemAvailable)."),
     "hostkit_swap_total_bytes": ("gauge", "Swap space on the host."),
     "hostkit_swap_used_bytes": ("gauge", "Swap in use on the host (SwapTotal - SwapFree)."),
+    "hostkit_swap_planned_absent": ("gauge", "1 when a swap file hostkit planned (its boot unit's, or an fstab line's) is not in /proc/swaps."),
     "hostkit_gpu_query_success": ("gauge", "1 when nvidia-smi answered within its deadline."),
     "hostkit_gpu_memory_total_bytes": ("gauge", "GPU memory, per GPU."),
     "hostkit_gpu_memory_used_bytes": ("gauge", "GPU memory in use, per GPU."),
@@ -90,6 +93,26 @@ def parse_meminfo(text: str) -> dict[str, int]:
         if parts and parts[0].isdigit():
             values[name] = int(parts[0]) * (1024 if parts[1:] == ["kB"] else 1)
     return values
+
+
+def planned_swap_files(nvme_settings: str | None, fstab: str | None) -> list[str]:
+    """The swap files hostkit brings back at boot: its NVMe unit's (`hk_swap_file=` in its
+    settings, shell-quoted) and its fstab lines (named vllm-hostkit.swap)."""
+    planned = []
+    for line in (nvme_settings or "").splitlines():
+        if line.startswith("hk_swap_file="):
+            value = shlex.split(line[len("hk_swap_file="):])
+            planned += [v for v in value if v]
+    for line in (fstab or "").splitlines():
+        fields = line.split()
+        if len(fields) >= 3 and not fields[0].startswith("#") and fields[2] == "swap" \
+                and fields[0].rsplit("/", 1)[-1] == SWAP_FILE_NAME:
+            planned.append(fields[0])
+    return list(dict.fromkeys(planned))
+
+
+def active_swaps(text: str | None) -> set[str]:
+    return {line.split()[0] for line in (text or "").splitlines()[1:] if line.split()}
 
 
 def parse_limit(text: str | None) -> int | None:
@@ -442,6 +465,11 @@ def collect(args) -> str:
     if "SwapTotal" in meminfo and "SwapFree" in meminfo:
         samples.append(("hostkit_swap_used_bytes", {}, meminfo["SwapTotal"] - meminfo["SwapFree"]))
 
+    active_swap = active_swaps(read("/proc/swaps"))
+    samples += [("hostkit_swap_planned_absent", {"path": path}, int(path not in active_swap))
+                for path in planned_swap_files(read(args.nvme_settings) if args.nvme_settings else None,
+                                               read("/etc/fstab"))]
+
     samples += gpu_samples(args.nvidia_smi_timeout, unit_cgroup)
     samples += [("hostkit_collector_duration_seconds", {}, round(time.monotonic() - started, 6)),
                 ("hostkit_collector_interval_seconds", {}, args.interval),
@@ -461,6 +489,7 @@ def main(argv=None) -> int:
     parser.add_argument("--watchdog-file", default="/var/lib/vllm-hostkit/watchdog.json")
     parser.add_argument("--nvidia-smi-timeout", type=float, default=5.0)
     parser.add_argument("--command-timeout", type=float, default=3.0)
+    parser.add_argument("--nvme-settings", default="", help="the NVMe boot unit's settings file")
     args = parser.parse_args(argv)
     text = collect(args)
     os.makedirs(args.textfile_dir, exist_ok=True)

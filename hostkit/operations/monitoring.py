@@ -39,7 +39,7 @@ from hostkit.monitoring import (
     textfile_path,
 )
 from hostkit.operations.vllm_service import text_sha256
-from hostkit.plan.plans import VLLM_UNIT
+from hostkit.plan.plans import NVME_SETTINGS_FILE, VLLM_UNIT
 from hostkit.profile.host_profile import HostProfile
 from hostkit.vllm.readiness import probe_address
 
@@ -60,7 +60,7 @@ def render_service(profile: HostProfile) -> str:
         collector=COLLECTOR_PATH, textfile=textfile_path(profile.monitoring_textfile_dir),
         textfile_dir=profile.monitoring_textfile_dir, vllm_unit=VLLM_UNIT, interval=profile.monitoring_interval_s,
         health_url=health_url(profile) or '""', state_dir=STATE_DIR, watchdog_file=WATCHDOG_FILE,
-        timeout_s=RUN_TIMEOUT_S,
+        timeout_s=RUN_TIMEOUT_S, nvme_settings=NVME_SETTINGS_FILE,
     )
 
 

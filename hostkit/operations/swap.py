@@ -1,11 +1,12 @@
 """Swap on NVMe: make a filesystem on a blank NVMe device, and keep one swap file as planned.
 
-`prepare_nvme(plan=NvmePlan)` formats a blank device, mounts it and persists the mount
-by UUID in fstab with `nofail,x-systemd.device-timeout=90s`, so that a blank or missing
-disk at boot (instance-store NVMe after a stop/start) does not fail the boot: the boot waits
-up to 90 s for it, then goes on without the mount and its swap.
-A device that carries any signature is never formatted: the check runs again on the
-host in the same shell script as mkfs.
+`prepare_nvme(plan=NvmePlan)` formats a blank device (ext4 labelled NVME_LABEL) and mounts
+it, with no fstab line: at boot hostkit's unit (hostkit.operations.nvme_boot) finds the disk
+by its by-id name and mounts it, or formats it again when an instance-store disk comes back
+blank. A fstab line by UUID would hold such a boot for its device timeout, then leave the host
+without swap. A device that carries any signature is never formatted: the check runs again
+on the host in the same shell script as mkfs (hostkit/remote/nvme_format.sh, which the boot
+unit runs too).
 
 `swap_file(plan=SwapPlan)` creates, resizes, repairs or removes `<dir>/vllm-hostkit.swap`.
 Each change is one shell script (`set -e` and an EXIT trap), so a failure part-way
@@ -15,7 +16,8 @@ removes the partial file and writes no fstab entry for it:
   NOCOW on btrfs, filled with dd (fallocate can leave holes that swapon rejects; O_DIRECT,
   so the zeros do not evict the page cache), mkswap,
   swapon with the priority, confirmed in /proc/swaps; only then the fstab line
-  (`nofail,pri=N`). zfs, nfs, tmpfs, overlay and anything else unknown are refused.
+  (`nofail,pri=N`), unless the file is under nvme_mount (SwapPlan.boot "unit"): the boot
+  unit swaps that one on. zfs, nfs, tmpfs, overlay and anything else unknown are refused.
 - resize, make-before-break: `<path>.new` is made and swapped on before the old file
   is swapped off and removed. The kernel refuses to rename or unlink an active swap
   file (EPERM), so the new file is then swapped off for the instant of the rename and
@@ -49,7 +51,7 @@ from hostkit.remote import host_file
 from hostkit.facts.snapshot import mark_changed, snapshot
 from hostkit.facts.storage import SWAP_FILE_SELINUX_TYPE, TEMP_SUFFIX, FileStat, StorageInfo, is_under
 from hostkit.operations import callbacks
-from hostkit.plan.plans import SWAP_FILE_NAME, NvmePlan, SwapPlan
+from hostkit.plan.plans import NVME_LABEL, SWAP_FILE_NAME, NvmePlan, SwapPlan
 from hostkit.profile.host_profile import value_or_default
 from hostkit.profile.sizes import GIB
 from hostkit.plan.swap_filesystems import FILL_METHODS, RESERVE_FRACTION, RESERVE_MIN_BYTES, swap_file_refusal
@@ -57,14 +59,6 @@ from hostkit.plan.swap_filesystems import FILL_METHODS, RESERVE_FRACTION, RESERV
 SWAP_FILE_MODE = 0o600
 # Paths go into shell scripts, fstab and awk comparisons with /proc/swaps: keep them plain.
 _SAFE_PATH = re.compile(r"^/[A-Za-z0-9._+:@/-]*$")
-# nofail alone still holds the boot for the default 90 s device timeout: swap.target waits
-# for the swap file's unit, which needs the mount (measured: 104 s from power-off to ssh
-# with a blank lab NVMe). 5 s was too short on a lab host: udev announced the disk after
-# the timeout at an ordinary reboot, and the host came up without its swap. 30 s was too
-# short twice in CI on a loaded machine (udev announced the disk past it, 2026-12-02 and
-# -03): a host booting without its swap is worse than a blank disk's boot waiting 90 s, so
-# the timeout is systemd's default again, written out so that it is not left to chance.
-NVME_MOUNT_OPTIONS = "defaults,nofail,x-systemd.device-timeout=90s"
 # The filesystems hostkit/remote/nvme_format.sh makes.
 MKFS_FSTYPES = ("ext4", "xfs")
 # Shell functions every script starts with (hostkit/remote/swap_lib.sh), after the free-space
@@ -204,7 +198,10 @@ def _planned_file_steps(plan: SwapPlan, storage: StorageInfo, state: SwapState, 
     size, priority = plan.size_bytes, plan.priority
     file = state.file
     active = state.active_priority is not None
-    fstab_step = [] if state.fstab_ok else [f"hk_fstab_put swap {_q(path)} {_q(swap_fstab_line(plan))}"]
+    # A file the boot unit brings back has no fstab line; nvme_boot removes an old one once
+    # the unit is in place.
+    fstab_step = [] if state.fstab_ok or plan.boot == "unit" else [
+        f"hk_fstab_put swap {_q(path)} {_q(swap_fstab_line(plan))}"]
     if file is not None and not file.is_regular:
         raise SwapRefused(f"{path} is a {file.kind}, not a regular file; remove it or choose another swap_dir")
     if nvme_mount and is_under(directory, nvme_mount) and not storage.is_mountpoint(nvme_mount):
@@ -241,27 +238,25 @@ def _planned_file_steps(plan: SwapPlan, storage: StorageInfo, state: SwapState, 
 
 
 def nvme_steps(plan: NvmePlan, storage: StorageInfo) -> list[str]:
-    """Shell steps (after SHELL_LIB) that make `plan.device` a mounted filesystem at
-    `plan.mount`, persisted in fstab by UUID; [] when it already is.
+    """Shell steps (after SHELL_LIB) that make `plan.device` hostkit's filesystem, labelled
+    NVME_LABEL and mounted at `plan.mount`; [] when it already is. No fstab line: the boot
+    unit (hostkit.operations.nvme_boot) mounts it at boot.
     Raises SwapRefused for a device that is missing, in use, or not blank."""
     signatures = storage.devices.get(plan.device)
     real = signatures.real_path if signatures else plan.device
     family = storage.device_and_descendants(real)
     device_mounts = sorted({m for d in family for m in d.mountpoints})
     mounted_here = storage.filesystem_at(plan.mount)
-    fstab_entries = storage.fstab_mount_entries(plan.mount)
 
     if plan.mount in device_mounts:
         holder = next(d for d in family if plan.mount in d.mountpoints)
-        uuid = holder.uuid or (signatures.uuid if signatures and holder.path == real else None)
-        if uuid is None:
-            raise SwapRefused(f"{plan.device} is mounted at {plan.mount} but its filesystem UUID is unknown")
-        wanted = f"UUID={uuid}"
-        if len(fstab_entries) == 1 and fstab_entries[0].spec == wanted and _boot_safe(fstab_entries[0]):
+        if holder.path != real:
+            raise SwapRefused(f"{plan.mount} is {holder.path}, a partition of {plan.device}: the boot unit "
+                              "brings back only a filesystem on the whole disk")
+        if signatures is not None and signatures.label == NVME_LABEL:
             return []
-        fstype = mounted_here.fstype if mounted_here else plan.fstype
-        line = f"{wanted} {plan.mount} {fstype} {NVME_MOUNT_OPTIONS} 0 2"
-        return [f"hk_fstab_put mount {_q(plan.mount)} {_q(line)}", "hk_reload_if_fstab_changed"]
+        # A host of the fstab era: its filesystem gets the label the boot unit knows it by.
+        return [f"hk_set_fs_label {_q(plan.device)} {_q(plan.mount)} {NVME_LABEL}"]
     if mounted_here is not None:
         raise SwapRefused(f"{plan.mount} already has {mounted_here.source} mounted, not {plan.device}")
     if device_mounts:
@@ -270,21 +265,20 @@ def nvme_steps(plan: NvmePlan, storage: StorageInfo) -> list[str]:
         raise SwapRefused(f"NVMe device {plan.device} does not exist on this host")
     if not signatures.probed:
         raise SwapRefused(f"refusing to format: {signatures.describe()}")
+    mount = f"hk_mount_fs {_q(plan.device)} {_q(plan.mount)}"
     if not signatures.blank:
-        ours = [e for e in fstab_entries if signatures.uuid and e.spec == f"UUID={signatures.uuid}"]
-        if ours and not signatures.partitions:
-            # hostkit's own filesystem, not mounted (say, mounting failed at boot): mount it.
-            return [f"mkdir -p -- {_q(plan.mount)}", f'mount --fstab "$hk_fstab" {_q(plan.mount)}']
+        if not signatures.partitions and is_hostkit_filesystem(signatures, storage, plan.mount):
+            # hostkit's own filesystem, not mounted (say, the boot unit failed): mount it.
+            return [mount]
         raise SwapRefused(f"refusing to format {plan.device}: it is not blank: {signatures.describe()}")
-    settings = {
-        "hk_dev": plan.device, "hk_mount": plan.mount, "hk_fstype": plan.fstype,
-        "hk_mount_options": NVME_MOUNT_OPTIONS,
-    }
-    return [*(f"{name}={_q(value)}" for name, value in settings.items()), NVME_FORMAT]
+    settings = {"hk_dev": plan.device, "hk_fstype": plan.fstype, "hk_fs_label": NVME_LABEL}
+    return [*(f"{name}={_q(value)}" for name, value in settings.items()), NVME_FORMAT, mount]
 
 
-def _boot_safe(entry) -> bool:
-    return entry.option("nofail") is not None and entry.option("x-systemd.device-timeout") is not None
+def is_hostkit_filesystem(signatures, storage: StorageInfo, mount: str) -> bool:
+    """hostkit's filesystem: its label, or (made before the label) fstab's line for `mount` by its UUID."""
+    legacy = [e for e in storage.fstab_mount_entries(mount) if signatures.uuid and e.spec == f"UUID={signatures.uuid}"]
+    return signatures.label == NVME_LABEL or bool(legacy)
 
 
 def script(steps: list[str]) -> str:
@@ -297,7 +291,7 @@ def script(steps: list[str]) -> str:
 @operation()
 def prepare_nvme(plan: NvmePlan, profile: Any = None):
     """
-    Make a filesystem on a blank NVMe device, mount it and persist the mount in fstab.
+    Make a filesystem on a blank NVMe device and mount it (the boot unit mounts it at boot).
 
     + plan: the host's NvmePlan (device, mount point, filesystem type)
     + profile: the host's HostProfile, passed on to the snapshot

@@ -44,6 +44,8 @@ from hostkit.plan.plans import (
     HostPlan,
     KernelPlan,
     MemoryTermPlan,
+    NVME_LABEL,
+    NVME_UNIT,
     NvmePlan,
     SwapPlan,
     VllmPlan,
@@ -167,16 +169,32 @@ def _plan_nvme(p: HostProfile, facts: PlanningFacts, found: _Findings) -> NvmePl
         seen = ", ".join(d.path for d in facts.nvme_devices) or "none"
         found.refuse("nvme_device", f"{p.nvme_device} is not on this host (NVMe devices: {seen})")
         return None
+    if device.by_id is None:
+        found.refuse(
+            "nvme_device",
+            f"{device.path} has no /dev/disk/by-id link by model and serial: {NVME_UNIT} could not tell it "
+            "from another disk at boot, where nvmeXnY names can change order. Unset nvme_device and set swap_dir",
+        )
+        return None
+    others = [d.path for d in facts.nvme_devices if d.path != device.path]
+    if others:
+        found.notes.append(f"nvme_device: {device.path} ({device.by_id}) is the one used; "
+                           f"{', '.join(others)} left alone (no striping)")
     mount = posixpath.normpath(p.nvme_mount)
+    plan = NvmePlan(device=device.path, mount=mount, by_id=device.by_id)
     if device.is_blank:
-        found.notes.append(f"{device.path} is blank: it gets an ext4 filesystem mounted at {mount}")
-        return NvmePlan(device=device.path, mount=mount)
+        found.notes.append(f"{device.path} is blank: it gets an ext4 filesystem labelled {NVME_LABEL}, "
+                           f"mounted at {mount}")
+        return plan
     if mount in device.mountpoints:
-        return NvmePlan(device=device.path, mount=mount)
-    if device.fstab_mountpoint == mount:
-        # hostkit's own filesystem, not mounted (a slow boot hit the device timeout): remount it.
+        if device.label != NVME_LABEL:
+            found.notes.append(f"{device.path} at {mount} gets the label {NVME_LABEL} (online), "
+                               f"which {NVME_UNIT} knows it by")
+        return plan
+    if not device.mountpoints and (device.label == NVME_LABEL or device.fstab_mountpoint == mount):
+        # hostkit's own filesystem, not mounted (the boot unit failed, or fstab timed out before it).
         found.notes.append(f"{device.path} is hostkit's filesystem for {mount} but not mounted: it is mounted again")
-        return NvmePlan(device=device.path, mount=mount)
+        return plan
     holds = ", ".join(device.signatures) or "partitions"
     where = f"mounted at {', '.join(device.mountpoints)}" if device.mountpoints else "not mounted"
     found.refuse(
@@ -195,6 +213,7 @@ class _SwapTarget:
     size_bytes: int
     avail_bytes: int
     why: str
+    on_planned_nvme: bool = False  # under nvme_mount: the boot unit brings the file back
 
 
 def _fs_for(path: str, filesystems: list[FilesystemFact]) -> FilesystemFact | None:
@@ -217,9 +236,9 @@ def _best_nvme_fs(facts: PlanningFacts) -> FilesystemFact | None:
 def _nvme_target(nvme: NvmePlan, facts: PlanningFacts, directory: str, why: str) -> _SwapTarget:
     mounted = next((fs for fs in facts.filesystems if posixpath.normpath(fs.mountpoint) == nvme.mount), None)
     if mounted is not None:
-        return _SwapTarget(directory, nvme.mount, mounted.fstype, mounted.size_bytes, mounted.avail_bytes, why)
+        return _SwapTarget(directory, nvme.mount, mounted.fstype, mounted.size_bytes, mounted.avail_bytes, why, True)
     device: NvmeDeviceFact = next(d for d in facts.nvme_devices if d.path == nvme.device)
-    return _SwapTarget(directory, nvme.mount, nvme.fstype, device.size_bytes, device.size_bytes, why)
+    return _SwapTarget(directory, nvme.mount, nvme.fstype, device.size_bytes, device.size_bytes, why, True)
 
 
 def _swap_target(p: HostProfile, facts: PlanningFacts, nvme: NvmePlan | None, found: _Findings) -> _SwapTarget | None:
@@ -295,7 +314,8 @@ def _plan_swap(p: HostProfile, facts: PlanningFacts, nvme: NvmePlan | None, foun
     reason += f"; {target.why}"
     if target.fstype == "btrfs":
         found.notes.append(f"{target.directory} is btrfs: the swap file must be NOCOW")
-    return SwapPlan(enabled=True, path=path, size_bytes=size, priority=p.swap_priority, reason=reason)
+    return SwapPlan(enabled=True, path=path, size_bytes=size, priority=p.swap_priority, reason=reason,
+                    boot="unit" if target.on_planned_nvme else "fstab")
 
 
 def _round_down(value: int, unit: int) -> int:

@@ -33,6 +33,8 @@ class NvmeDeviceFact(_Facts):
     mountpoints: list[str] = Field(default_factory=list)  # of the device and its partitions
     # Where /etc/fstab mounts this device's filesystem (by UUID), mounted now or not.
     fstab_mountpoint: str | None = None
+    label: str | None = None  # its filesystem's label
+    by_id: str | None = None  # its /dev/disk/by-id link by model and serial; None: udev made none
 
     @property
     def is_blank(self) -> bool:

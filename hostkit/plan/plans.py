@@ -5,10 +5,18 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 from hostkit.profile.host_profile import HostProfile
+from hostkit.profile.sizes import format_size
 
 SWAP_FILE_NAME = "vllm-hostkit.swap"
 VLLM_UNIT = "vllm.service"
 THP_UNIT = "vllm-hostkit-thp.service"
+# The boot-time unit that finds nvme_device by its /dev/disk/by-id name, formats it when
+# blank, mounts it and re-creates the swap file under it (hostkit.operations.nvme_boot).
+NVME_UNIT = "vllm-hostkit-nvme.service"
+NVME_SETTINGS_FILE = "/etc/vllm-hostkit/nvme.conf"
+# hostkit's own filesystem on nvme_device, known by this label without fstab: 12 characters,
+# the most xfs allows (ext4: 16).
+NVME_LABEL = "vllm-hostkit"
 SYSCTL_FILE = "/etc/sysctl.d/99-zz-vllm-hostkit.conf"
 VLLM_ENV_FILE = "/etc/vllm-hostkit/vllm.env"
 # vLLM's caches (Hugging Face, torch.compile) where the host has no NVMe mount for them.
@@ -28,15 +36,28 @@ def _profile_default(key: str):
     return HostProfile.model_fields[key].default
 
 
+def nvme_lifecycle(nvme: "NvmePlan", swap: "SwapPlan") -> str:
+    """What the next boot with a wiped disk does, in one line (plan, verify, doctor)."""
+    text = (f"at boot, {NVME_UNIT} formats a blank {nvme.by_id} ({nvme.fstype}, label {NVME_LABEL}), "
+            f"mounts it at {nvme.mount}")
+    if swap.enabled and swap.boot == "unit":
+        text += f" and re-creates the {format_size(swap.size_bytes)} swap file {swap.path}"
+    return text + "; a disk with anything else on it is left alone"
+
+
 class _Plan(BaseModel):
     model_config = ConfigDict(frozen=True)
 
 
 class NvmePlan(_Plan):
-    """Prepare a blank NVMe device: make a filesystem, mount it, persist the mount."""
+    """Prepare a blank NVMe device: make a filesystem, mount it; NVME_UNIT does it again at
+    each boot that finds the disk blank (instance store after a stop/start)."""
 
     device: str
     mount: str
+    # The device's /dev/disk/by-id link from its model and serial: the name the boot unit finds
+    # it by (nvmeXnY names can change order between boots).
+    by_id: str
     fstype: str = "ext4"
 
 
@@ -46,6 +67,9 @@ class SwapPlan(_Plan):
     size_bytes: int = 0
     priority: int = 10
     reason: str = ""
+    # How the file comes back at boot: "fstab", a line there; "unit", NVME_UNIT (a file under
+    # nvme_mount, whose disk may come back blank: it is made again then).
+    boot: str = "fstab"
 
 
 class KernelPlan(_Plan):

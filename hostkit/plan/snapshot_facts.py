@@ -72,6 +72,8 @@ def planning_facts(snap: HostSnapshot) -> PlanningFacts:
             signatures=signatures,
             mountpoints=[m for d in family for m in d.mountpoints],
             fstab_mountpoint=next((fstab_by_uuid[d.uuid] for d in family if d.uuid in fstab_by_uuid), None),
+            label=probe.label if probe is not None else None,
+            by_id=storage.model_serial_link(disk.path),
         ))
     return PlanningFacts(
         ram_total_bytes=system.mem_total_bytes,

@@ -1,7 +1,8 @@
 # The storage section (hostkit.facts.storage), after storage_helpers.sh. Set by the caller:
 # hk_mark (the part marker), hk_lsblk_without_path (that part's name), hk_nvme_device (may be
 # empty), hk_swap_file and hk_temp_suffix (the names a hostkit swap file can have),
-# hk_swap_fstypes (space-separated), and "$@": the directories the profile names.
+# hk_swap_fstypes (space-separated), hk_nvme_files (the boot unit's files, space-separated;
+# plain paths), hk_nvme_wants (its enablement link), and "$@": the directories the profile names.
 echo "${hk_mark}swaps"; hk_cat /proc/swaps
 echo "${hk_mark}lsblk"
 # MOUNTPOINTS came in util-linux 2.37, PATH in 2.33: RHEL 8's 2.32 has neither.
@@ -28,7 +29,7 @@ hk_device() {
   hk_prefix wipefs= "$hk_sigs"
   hk_out=$(blkid -p -o export -- "$1" 2>/dev/null)
   while IFS= read -r hk_l; do
-    case $hk_l in TYPE=*|PTTYPE=*|UUID=*) printf 'blkid:%s\n' "$hk_l" ;; esac
+    case $hk_l in TYPE=*|PTTYPE=*|UUID=*|LABEL=*) printf 'blkid:%s\n' "$hk_l" ;; esac
   done <<EOF
 $hk_out
 EOF
@@ -39,6 +40,15 @@ EOF
 }
 [ -z "$hk_nvme_device" ] || hk_device "$hk_nvme_device"
 for b in /sys/block/nvme*; do ! hk_nvme_namespace "${b##*/}" || hk_device "/dev/${b##*/}"; done
+echo "${hk_mark}by-id"
+# udev's stable names (model and serial, WWN, EUI) and where each points, in one process.
+[ ! -d /dev/disk/by-id ] || find /dev/disk/by-id -maxdepth 1 -name 'nvme-*' -printf '%f %l\n' 2>/dev/null
+echo "${hk_mark}nvme-unit"
+# One sha256sum, and none on a host without them. The paths are plain: split on purpose.
+hk_present=
+for f in $hk_nvme_files; do [ ! -e "$f" ] || hk_present="$hk_present $f"; done
+[ -z "$hk_present" ] || sha256sum -- $hk_present 2>/dev/null | sed 's/^/sha256 /'
+[ ! -L "$hk_nvme_wants" ] || echo enabled
 echo "${hk_mark}dirs"
 for d in "$@"; do
   e="$d"; while [ ! -d "$e" ]; do e=${e%/*}; e=${e:-/}; done

@@ -110,3 +110,17 @@ hk_resize() {
   swapon -p "$3" "$1"
   hk_active "$1" || hk_fail "swapon $1 failed after the resize"
 }
+# hk_mount_fs DEV DIR: mount DEV's filesystem at DIR (no fstab line) and check it shows there.
+hk_mount_fs() {
+  mkdir -p -- "$2"
+  mount -- "$1" "$2"
+  [ "$(findmnt -n -o SOURCE --mountpoint "$2")" = "$(readlink -f -- "$1")" ] || hk_fail "$2 does not show $1 after mount"
+}
+# hk_set_fs_label DEV DIR LABEL: label DEV's mounted ext4 or xfs filesystem (at DIR), online.
+hk_set_fs_label() {
+  case $(findmnt -n -o FSTYPE --mountpoint "$2") in
+    ext4) e2label "$1" "$3" ;;
+    xfs) xfs_io -c "label -s $3" "$2" > /dev/null ;;
+    *) hk_fail "cannot label the filesystem at $2: not ext4 or xfs" ;;
+  esac
+}

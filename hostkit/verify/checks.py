@@ -26,19 +26,25 @@ from hostkit.operations.kernel import (
     wanted_thp,
 )
 from hostkit.operations.monitoring import wanted_files
+from hostkit.operations.nvme_boot import stale_files
 from hostkit.operations.swap import swap_fstab_line, swap_state
 from hostkit.operations.vllm_service import ENV_FILE_STAT, memory_limit_problem, text_sha256
 from hostkit.operations.watchdog import SCRIPT_PATH, WATCHDOG_UNIT, WATCHDOG_UNIT_PATH, watchdog_plan
 from hostkit.plan.plans import (
+    NVME_LABEL,
+    NVME_SETTINGS_FILE,
+    NVME_UNIT,
     SYSCTL_FILE,
     THP_UNIT,
     VLLM_ENV_FILE,
     VLLM_UNIT,
     HostPlan,
     KernelPlan,
+    NvmePlan,
     SwapPlan,
     VllmPlan,
     left_to_host,
+    nvme_lifecycle,
 )
 from hostkit.profile.sizes import MIB, format_size
 from hostkit.facts.kernel_log import KernelLog
@@ -150,10 +156,43 @@ def swap_checks(plan: SwapPlan, storage: StorageInfo, host: str, swap_dir: str =
 
     entries = storage.fstab_swap_entries(path)
     listed = "; ".join(f"line {e.line_no}: {','.join(e.options) or 'defaults'}" for e in entries)
-    results.append(_check("swap", "swap in fstab", state.fstab_ok,
-                          f"one /etc/fstab line `{swap_fstab_line(plan)}`", listed or "no swap entry for it",
-                          redeploy(host)))
+    if plan.boot == "unit":
+        results.append(_check("swap", "swap in fstab", not entries,
+                              f"no /etc/fstab line (at boot {NVME_UNIT} makes and swaps on the file)",
+                              listed or "no swap entry for it", redeploy(host)))
+    else:
+        results.append(_check("swap", "swap in fstab", state.fstab_ok,
+                              f"one /etc/fstab line `{swap_fstab_line(plan)}`", listed or "no swap entry for it",
+                              redeploy(host)))
     results.append(strays)
+    return results
+
+
+def nvme_checks(nvme: NvmePlan | None, swap: SwapPlan, storage: StorageInfo, host: str) -> list[CheckResult]:
+    """The disk mounted as planned, the boot unit as the deploy renders it, and no fstab line
+    waiting for the disk at boot."""
+    if nvme is None:
+        leftover = bool(storage.nvme_unit_sha256) or storage.nvme_unit_enabled
+        return [_check("swap", "NVMe boot unit", not leftover, f"no {NVME_UNIT} (no nvme_device)",
+                       "installed" if leftover else "none", redeploy(host) + " (it removes it)")] if leftover else []
+    signatures = storage.devices.get(nvme.device)
+    mounted = storage.filesystem_at(nvme.mount)
+    real = signatures.real_path if signatures else nvme.device
+    label = signatures.label if signatures else None
+    results = [_check("swap", "NVMe mounted", mounted is not None and mounted.source == real and label == NVME_LABEL,
+                      f"{nvme.by_id} ({real}) mounted at {nvme.mount}, label {NVME_LABEL}",
+                      (f"{mounted.source} at {nvme.mount}" if mounted else f"nothing mounted at {nvme.mount}")
+                      + f", label {label or 'none'}", redeploy(host))]
+    stale = sorted(stale_files(nvme, swap, storage))
+    actual = ("as rendered" if not stale else "missing or differing: " + ", ".join(stale)) + (
+        ", enabled" if storage.nvme_unit_enabled else ", not enabled")
+    results.append(_check("swap", "NVMe boot unit", not stale and storage.nvme_unit_enabled,
+                          f"{NVME_UNIT} and {NVME_SETTINGS_FILE} as rendered from the plan, enabled: "
+                          + nvme_lifecycle(nvme, swap), actual, redeploy(host)))
+    waits = storage.fstab_mount_entries(nvme.mount)
+    results.append(_check("swap", "no boot wait for the NVMe", not waits,
+                          f"no /etc/fstab line for {nvme.mount} (a wiped disk would hold the boot for its device timeout)",
+                          "; ".join(f"line {e.line_no}: {e.spec}" for e in waits) or "none", redeploy(host)))
     return results
 
 
@@ -162,7 +201,7 @@ def host_setting_checks(container: str) -> list[CheckResult]:
     reason = left_to_host(container)
     return [not_applicable(area, name, expected, reason) for area, name, expected in (
         ("swap", "NVMe", "a blank nvme_device formatted and mounted at nvme_mount"),
-        ("swap", "swap", "the swap file as planned: active, in fstab, on NVMe"),
+        ("swap", "swap", "the swap file as planned: active, brought back at boot, on NVMe"),
         ("kernel", "sysctl", f"the profile's sysctl values live and in {SYSCTL_FILE}"),
         ("kernel", "THP", f"thp_enabled and thp_defrag live and kept by {THP_UNIT}"),
     )]
@@ -516,6 +555,7 @@ def check_host(profile: Any, plan: HostPlan, snapshot: Any, probes: Probes) -> l
         host_settings = host_setting_checks(plan.container)
     else:
         host_settings = [*swap_checks(plan.swap, snapshot.storage, host, profile.swap_dir),
+                         *nvme_checks(plan.nvme, plan.swap, snapshot.storage, host),
                          *kernel_checks(plan.kernel, snapshot.kernel, snapshot.system.kernel_cmdline, host)]
     return [
         *host_settings,

@@ -27,7 +27,7 @@ def run(promtool: str, *args: str) -> subprocess.CompletedProcess:
 def test_rules_pass_promtool_check(promtool):
     result = run(promtool, "check", "rules", str(RULES))
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 12 rules found" in result.stdout
+    assert "SUCCESS: 13 rules found" in result.stdout
 
 
 def test_rules_pass_their_promtool_unit_tests(promtool):
