@@ -240,13 +240,16 @@ def test_disabled_swap_needs_no_filesystem():
 
 # --- NVMe -----------------------------------------------------------------------------
 
-BLANK = NvmeDeviceFact(path="/dev/nvme1n1", size_bytes=900 * GIB)
+BY_ID = "/dev/disk/by-id/nvme-Amazon_EC2_NVMe_Instance_Storage_AWS1A2B3C4D5E6F7G8H"
+BLANK = NvmeDeviceFact(path="/dev/nvme1n1", size_bytes=900 * GIB, by_id=BY_ID)
 
 
 def test_blank_nvme_device_is_formatted_and_holds_swap_and_caches():
     result = plan({"nvme_device": "/dev/nvme1n1"}, facts(filesystems=[ROOT_SSD], nvme_devices=[BLANK]))
     assert (result.nvme.device, result.nvme.mount, result.nvme.fstype) == ("/dev/nvme1n1", "/mnt/nvme", "ext4")
+    assert result.nvme.by_id == BY_ID
     assert result.swap.path == "/mnt/nvme/vllm-hostkit.swap" and result.swap.size_bytes == 16 * GIB
+    assert result.swap.boot == "unit"  # the boot unit brings it back, no fstab line
     assert result.vllm.cache_dir == "/mnt/nvme/vllm-cache"
     environment = service_environment(result.vllm)
     assert environment["HF_HOME"] == "/mnt/nvme/vllm-cache/huggingface"
@@ -254,22 +257,48 @@ def test_blank_nvme_device_is_formatted_and_holds_swap_and_caches():
 
 
 def test_nvme_device_already_mounted_at_nvme_mount_stays_planned():
-    prepared = NvmeDeviceFact(path="/dev/nvme1n1", size_bytes=900 * GIB, signatures=["ext4"], mountpoints=["/mnt/nvme"])
+    prepared = NvmeDeviceFact(path="/dev/nvme1n1", size_bytes=900 * GIB, by_id=BY_ID, signatures=["ext4"], mountpoints=["/mnt/nvme"])
     result = plan({"nvme_device": "/dev/nvme1n1"}, facts(nvme_devices=[prepared]))
     assert result.nvme is not None and result.swap.path == "/mnt/nvme/vllm-hostkit.swap"
 
 
 def test_hostkits_own_unmounted_nvme_filesystem_is_mounted_again():
     # A slow boot hit x-systemd.device-timeout: the fstab line (by UUID) names nvme_mount.
-    unmounted = NvmeDeviceFact(path="/dev/nvme1n1", size_bytes=900 * GIB, signatures=["ext4"], mountpoints=[],
+    unmounted = NvmeDeviceFact(path="/dev/nvme1n1", size_bytes=900 * GIB, by_id=BY_ID, signatures=["ext4"], mountpoints=[],
                                fstab_mountpoint="/mnt/nvme")
     result = plan({"nvme_device": "/dev/nvme1n1"}, facts(filesystems=[ROOT_SSD], nvme_devices=[unmounted]))
     assert result.nvme is not None and result.nvme.mount == "/mnt/nvme"
     assert any("mounted again" in note for note in result.notes)
 
 
+def test_hostkits_labelled_filesystem_is_mounted_again_without_fstab():
+    unmounted = NvmeDeviceFact(path="/dev/nvme1n1", size_bytes=900 * GIB, by_id=BY_ID, signatures=["ext4"],
+                               label="vllm-hostkit")
+    result = plan({"nvme_device": "/dev/nvme1n1"}, facts(filesystems=[ROOT_SSD], nvme_devices=[unmounted]))
+    assert result.nvme is not None and any("mounted again" in note for note in result.notes)
+
+
+def test_a_device_without_a_model_and_serial_link_is_refused():
+    no_link = NvmeDeviceFact(path="/dev/nvme1n1", size_bytes=900 * GIB)
+    error = refused({"nvme_device": "/dev/nvme1n1"}, facts(filesystems=[ROOT_SSD], nvme_devices=[no_link]))
+    assert "/dev/nvme1n1 has no /dev/disk/by-id link by model and serial" in str(error)
+
+
+def test_of_several_disks_the_plan_names_the_one_used():
+    other = NvmeDeviceFact(path="/dev/nvme2n1", size_bytes=900 * GIB, by_id=BY_ID.replace("AWS1", "AWS9"))
+    result = plan({"nvme_device": "/dev/nvme1n1"}, facts(filesystems=[ROOT_SSD], nvme_devices=[BLANK, other]))
+    assert result.nvme.by_id == BY_ID
+    assert f"nvme_device: /dev/nvme1n1 ({BY_ID}) is the one used; /dev/nvme2n1 left alone (no striping)" in result.notes
+
+
+def test_swap_elsewhere_keeps_its_fstab_line():
+    result = plan({"nvme_device": "/dev/nvme1n1", "swap_dir": "/var/lib/swap"},
+                  facts(filesystems=[ROOT_SSD], nvme_devices=[BLANK]))
+    assert result.nvme is not None and result.swap.boot == "fstab"
+
+
 def test_nvme_device_with_data_elsewhere_is_refused():
-    used = NvmeDeviceFact(path="/dev/nvme1n1", size_bytes=900 * GIB, signatures=["xfs"], mountpoints=[])
+    used = NvmeDeviceFact(path="/dev/nvme1n1", size_bytes=900 * GIB, by_id=BY_ID, signatures=["xfs"], mountpoints=[])
     error = refused({"nvme_device": "/dev/nvme1n1"}, facts(nvme_devices=[used]))
     assert "host gpu-a1: nvme_device: /dev/nvme1n1 holds xfs and is not mounted" in str(error)
 

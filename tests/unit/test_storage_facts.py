@@ -62,7 +62,7 @@ def test_blank_nvme_host():
 
 def test_blank_nvme_host_gets_formatted_and_no_swap_until_mounted():
     storage = load("debian12-blank-nvme.txt")
-    assert swap.nvme_steps(NvmePlan(device="/dev/nvme0n1", mount="/mnt/nvme"), storage)
+    assert swap.nvme_steps(NvmePlan(device="/dev/nvme0n1", by_id="/dev/disk/by-id/nvme-QEMU_NVMe_Ctrl_hostkit-lab1", mount="/mnt/nvme"), storage)
     with pytest.raises(swap.SwapRefused, match="nothing is mounted there"):
         swap.swap_steps(SwapPlan(enabled=True, path=PATH, size_bytes=2**30), storage, nvme_mount="/mnt/nvme")
 
@@ -95,7 +95,9 @@ def test_converged_host():
     plan = SwapPlan(enabled=True, path=PATH, size_bytes=2**30)
     assert swap.swap_steps(plan, storage, nvme_mount="/mnt/nvme") == []
     assert [check.name for check in swap_checks(plan, storage, "lab") if not check.ok] == []
-    assert swap.nvme_steps(NvmePlan(device="/dev/nvme0n1", mount="/mnt/nvme"), storage) == []
+    # Recorded before the boot unit: its filesystem (fstab by UUID, no label) gets the label.
+    assert swap.nvme_steps(NvmePlan(device="/dev/nvme0n1", by_id="/dev/disk/by-id/nvme-QEMU_NVMe_Ctrl_hostkit-lab1",
+                                    mount="/mnt/nvme"), storage) == ["hk_set_fs_label /dev/nvme0n1 /mnt/nvme vllm-hostkit"]
 
 
 def test_proc_swaps_with_escaped_names_and_partitions():

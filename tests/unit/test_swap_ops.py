@@ -29,7 +29,7 @@ from hostkit.facts.storage import (
     SwapArea,
 )
 from hostkit.operations import swap
-from hostkit.plan.plans import NvmePlan, SwapPlan
+from hostkit.plan.plans import NVME_LABEL, NvmePlan, SwapPlan
 from hostkit.plan.swap_filesystems import reserve_bytes
 from hostkit.verify.checks import swap_checks
 from tests.unit.op_host import OpHost, refusal_text
@@ -39,7 +39,7 @@ MIB = 2**20
 PATH = "/mnt/nvme/vllm-hostkit.swap"
 TMP = PATH + ".new"
 PLAN = SwapPlan(enabled=True, path=PATH, size_bytes=2 * GIB, priority=10)
-NVME = NvmePlan(device="/dev/nvme0n1", mount="/mnt/nvme")
+NVME = NvmePlan(device="/dev/nvme0n1", by_id="/dev/disk/by-id/nvme-QEMU_NVMe_Ctrl_hostkit-lab1", mount="/mnt/nvme")
 UUID = "3f9c1a52-8d2e-4c57-9a51-0f6c2b7de901"
 
 
@@ -73,10 +73,10 @@ def nvme_storage(fstype="ext4", mounted=True, signatures=(), device_present=True
     if mounted:
         filesystems.append(Filesystem("/dev/nvme0n1", fstype, 8 * GIB, 7 * GIB, "/mnt/nvme", True))
         mounts.append(Mount("/dev/nvme0n1", "/mnt/nvme", fstype))
-        fstab.append(fstab_entry(f"UUID={UUID}", "/mnt/nvme", fstype, swap.NVME_MOUNT_OPTIONS, 2))
     sig = DeviceSignatures("/dev/nvme0n1", present=device_present, probed=device_present,
                            signatures=tuple(signatures) or ((fstype,) if mounted else ()),
-                           real_path="/dev/nvme0n1", uuid=UUID if mounted else None)
+                           real_path="/dev/nvme0n1", uuid=UUID if mounted else None,
+                           label=NVME_LABEL if mounted else None)
     return StorageInfo(
         block_devices=devices, filesystems=tuple(filesystems), mounts=tuple(mounts), fstab=tuple(fstab),
         devices={"/dev/nvme0n1": sig},
@@ -321,35 +321,29 @@ def test_verify_names_each_swap_drift():
 # -- prepare_nvme ----------------------------------------------------------------------------
 
 
-def test_blank_nvme_is_checked_again_then_formatted_mounted_and_persisted_by_uuid():
+def test_blank_nvme_is_checked_again_then_formatted_labelled_and_mounted_without_fstab():
     steps = only_script(swap.prepare_nvme, nvme_storage(mounted=False), NVME)
     positions(
         steps,
-        "hk_dev=/dev/nvme0n1\nhk_mount=/mnt/nvme\nhk_fstype=ext4\n"
-        "hk_mount_options=defaults,nofail,x-systemd.device-timeout=90s\n",
+        f"hk_dev=/dev/nvme0n1\nhk_fstype=ext4\nhk_fs_label={NVME_LABEL}\n",
         "wipefs --no-act --noheadings --output TYPE",
         "blkid -p -o value -s TYPE -s PTTYPE",
         '[ -z "$hk_found" ] || hk_fail "refusing to format $hk_dev: it is not blank',
-        'ext4) mkfs.ext4 -q -U "$hk_uuid" "$hk_dev"',
-        'hk_fstab_put mount "$hk_mount" "UUID=$hk_uuid $hk_mount $hk_fstype $hk_mount_options 0 2"',
-        "hk_reload_if_fstab_changed",
-        'mount --fstab "$hk_fstab" "$hk_mount"',
+        'ext4) mkfs.ext4 -q -L "$hk_fs_label" "$hk_dev"',
+        "hk_mount_fs /dev/nvme0n1 /mnt/nvme",
     )
+    assert "hk_fstab_put" not in steps
 
 
-def test_mounted_nvme_with_its_fstab_entry_yields_nothing():
+def test_mounted_labelled_nvme_yields_nothing():
     assert run_op(swap.prepare_nvme, nvme_storage(), NVME) == []
 
 
-@pytest.mark.parametrize("options", [None, "defaults", "defaults,nofail"])
-def test_mounted_nvme_gets_a_boot_safe_fstab_entry(options):
+def test_a_mounted_nvme_of_the_fstab_era_gets_its_label_online():
     storage = nvme_storage()
-    fstab = tuple(e for e in storage.fstab if e.file != "/mnt/nvme")
-    if options:
-        fstab += (fstab_entry(f"UUID={UUID}", "/mnt/nvme", "ext4", options, 2),)
-    steps = only_script(swap.prepare_nvme, changed(storage, fstab=fstab), NVME)
-    assert steps == (f"hk_fstab_put mount /mnt/nvme 'UUID={UUID} /mnt/nvme ext4 "
-                     "defaults,nofail,x-systemd.device-timeout=90s 0 2'\nhk_reload_if_fstab_changed\n")
+    unlabelled = dataclasses.replace(storage.devices["/dev/nvme0n1"], label=None)
+    steps = only_script(swap.prepare_nvme, changed(storage, devices={"/dev/nvme0n1": unlabelled}), NVME)
+    assert steps == f"hk_set_fs_label /dev/nvme0n1 /mnt/nvme {NVME_LABEL}\n"
 
 
 @pytest.mark.parametrize("signatures,named", [
@@ -370,14 +364,17 @@ def test_nvme_with_partitions_is_not_formatted():
     assert "carries partition /dev/nvme0n1p1" in refusal(swap.prepare_nvme, storage, NVME)
 
 
-def test_hostkits_own_filesystem_left_unmounted_is_mounted_not_formatted():
+@pytest.mark.parametrize("by", ["label", "fstab-era line"])
+def test_hostkits_own_filesystem_left_unmounted_is_mounted_not_formatted(by):
     storage = nvme_storage(mounted=False)
+    fstab = (fstab_entry(f"UUID={UUID}", "/mnt/nvme", "ext4", "defaults,nofail,x-systemd.device-timeout=90s", 2),)
     storage = changed(
         storage,
-        fstab=storage.fstab + (fstab_entry(f"UUID={UUID}", "/mnt/nvme", "ext4", swap.NVME_MOUNT_OPTIONS, 2),),
-        devices={"/dev/nvme0n1": DeviceSignatures("/dev/nvme0n1", True, True, ("ext4",), (), "/dev/nvme0n1", UUID)},
+        fstab=storage.fstab + (fstab if by != "label" else ()),
+        devices={"/dev/nvme0n1": DeviceSignatures("/dev/nvme0n1", True, True, ("ext4",), (), "/dev/nvme0n1", UUID,
+                                                  NVME_LABEL if by == "label" else None)},
     )
-    assert only_script(swap.prepare_nvme, storage, NVME) == 'mkdir -p -- /mnt/nvme\nmount --fstab "$hk_fstab" /mnt/nvme\n'
+    assert only_script(swap.prepare_nvme, storage, NVME) == "hk_mount_fs /dev/nvme0n1 /mnt/nvme\n"
 
 
 def test_missing_or_unreadable_nvme_is_refused():
@@ -402,8 +399,8 @@ def test_nvme_mounted_elsewhere_is_refused():
     assert "/dev/nvme0n1 is already mounted at /data" in refusal(swap.prepare_nvme, storage, NVME)
 
 
-@pytest.mark.parametrize("plan", [NvmePlan(device="/dev/nvme0n1", mount="/mnt/nvme", fstype="vfat"),
-                                  NvmePlan(device="/dev/nvme0n1", mount="/")])
+@pytest.mark.parametrize("plan", [NvmePlan(device="/dev/nvme0n1", by_id="/dev/disk/by-id/nvme-QEMU_NVMe_Ctrl_hostkit-lab1", mount="/mnt/nvme", fstype="vfat"),
+                                  NvmePlan(device="/dev/nvme0n1", by_id="/dev/disk/by-id/nvme-QEMU_NVMe_Ctrl_hostkit-lab1", mount="/")])
 def test_bad_nvme_plans_are_refused_as_bad_input(plan):
     with pytest.raises(OperationValueError):
         run_op(swap.prepare_nvme, nvme_storage(mounted=False), plan)
@@ -686,16 +683,19 @@ def blank_device_storage(device: str) -> StorageInfo:
     return StorageInfo(devices={device: DeviceSignatures(device, True, True, real_path=device)})
 
 
-def test_nvme_script_formats_a_blank_device_and_mounts_it_by_uuid(shell, loop_device, tmp_path):
+def test_nvme_script_formats_a_blank_device_with_the_label_and_mounts_it(shell, loop_device, tmp_path):
     mount = str(tmp_path / "mnt")
     fake_tools(shell, mount='echo "mount $*" >> "$FAKE_ROOT/log"', findmnt=f"echo {loop_device}",
                udevadm="true")
-    result = shell.run(swap.nvme_steps(NvmePlan(device=loop_device, mount=mount), blank_device_storage(loop_device)))
+    before = shell.fstab()
+    result = shell.run(swap.nvme_steps(NvmePlan(device=loop_device, by_id="/dev/disk/by-id/nvme-test", mount=mount),
+                                       blank_device_storage(loop_device)))
     assert result.returncode == 0, result.stderr
-    uuid = subprocess.run(["blkid", "-p", "-o", "value", "-s", "UUID", loop_device],
-                          capture_output=True, text=True).stdout.strip()
-    assert uuid and f"UUID={uuid} {mount} ext4 defaults,nofail,x-systemd.device-timeout=90s 0 2\n" in shell.fstab()
-    assert f"mount --fstab {shell.root / 'fstab'} {mount}" in shell.log()
+    label = subprocess.run(["blkid", "-p", "-o", "value", "-s", "LABEL", loop_device],
+                           capture_output=True, text=True).stdout.strip()
+    assert label == NVME_LABEL
+    assert f"mount -- {loop_device} {mount}" in shell.log()
+    assert shell.fstab() == before
 
 
 def test_nvme_script_refuses_a_device_that_stopped_being_blank_since_the_snapshot(shell, loop_device, tmp_path):
@@ -703,7 +703,7 @@ def test_nvme_script_refuses_a_device_that_stopped_being_blank_since_the_snapsho
     subprocess.run(["mkswap", loop_device], check=True, capture_output=True)
     fake_tools(shell, mkfs_ext4='echo "mkfs $*" >> "$FAKE_ROOT/log"', mount='echo "mount $*" >> "$FAKE_ROOT/log"')
     before = shell.fstab()
-    result = shell.run(swap.nvme_steps(NvmePlan(device=loop_device, mount=str(tmp_path / "mnt")),
+    result = shell.run(swap.nvme_steps(NvmePlan(device=loop_device, by_id="/dev/disk/by-id/nvme-test", mount=str(tmp_path / "mnt")),
                                        blank_device_storage(loop_device)))
     assert result.returncode == 1
     assert f"refusing to format {loop_device}: it is not blank: it carries" in result.stderr
