@@ -6,10 +6,12 @@ and then broken: that state with one thing changed, the way `swapoff`, `sysctl -
 from __future__ import annotations
 
 import dataclasses
+
 import pytest
 
 from hostkit.facts.kernel import ThpSetting
 from hostkit.facts.snapshot import HostSnapshot, HostSnapshotFact
+from hostkit.facts.storage import FstabEntry
 from hostkit.plan.snapshot_facts import planning_facts
 from hostkit.operations.swap import swap_steps
 from hostkit.operations.vllm_service import service_changes
@@ -85,15 +87,34 @@ def test_swapoff_fails_swap_active_with_the_path_and_a_fix():
     assert f"swapon -p 10 {SWAP}" in swap_steps(plan.swap, broken.storage)
 
 
-def test_a_swap_file_with_the_wrong_mode_and_no_nofail_fails():
+def test_a_swap_file_with_the_wrong_mode_and_an_fstab_line_left_fails():
     profile, plan, snapshot, probes = converged()
     storage = snapshot.storage
     files = {path: dataclasses.replace(stat, mode=0o644) for path, stat in storage.files.items()}
-    fstab = tuple(dataclasses.replace(e, options=("defaults",)) if e.vfstype == "swap" else e for e in storage.fstab)
+    fstab = storage.fstab + (FstabEntry(plan.swap.path, "none", "swap", ("nofail", "pri=10"), 0, 0, 3),)
     failures = failed(check_host(profile, plan, with_section(snapshot, "storage", files=files, fstab=fstab), probes))
     assert set(failures) == {"swap file", "swap in fstab"}
     assert "mode 644" in failures["swap file"] and "chmod 600" in failures["swap file"]
-    assert "nofail,pri=10" in failures["swap in fstab"]
+    assert "no /etc/fstab line (at boot vllm-hostkit-nvme.service makes and swaps on the file)" in failures["swap in fstab"]
+
+
+def test_the_nvme_boot_unit_is_checked_and_says_what_the_next_wiped_boot_does():
+    profile, plan, snapshot, probes = converged()
+    [unit] = [r for r in check_host(profile, plan, snapshot, probes) if r.name == "NVMe boot unit"]
+    assert unit.ok and ("at boot, vllm-hostkit-nvme.service formats a blank /dev/disk/by-id/nvme-QEMU_NVMe_Ctrl_"
+                        "hostkit-lab1 (ext4, label vllm-hostkit), mounts it at /mnt/nvme and re-creates the 1G swap "
+                        "file /mnt/nvme/vllm-hostkit.swap") in unit.expected
+    storage = snapshot.storage
+    sums = {**storage.nvme_unit_sha256, "/etc/vllm-hostkit/nvme.conf": "0" * 64}
+    fstab = storage.fstab + (FstabEntry("UUID=abc", "/mnt/nvme", "ext4", ("nofail",), 0, 2, 3),)
+    failures = failed(check_host(profile, plan, with_section(snapshot, "storage", nvme_unit_sha256=sums,
+                                                             nvme_unit_enabled=False, fstab=fstab), probes))
+    assert set(failures) == {"NVMe boot unit", "no boot wait for the NVMe"}
+    assert "missing or differing: /etc/vllm-hostkit/nvme.conf, not enabled" in failures["NVMe boot unit"]
+    assert "line 3: UUID=abc" in failures["no boot wait for the NVMe"]
+    unlabelled = {**storage.devices, "/dev/nvme0n1": dataclasses.replace(storage.devices["/dev/nvme0n1"], label=None)}
+    failures = failed(check_host(profile, plan, with_section(snapshot, "storage", devices=unlabelled), probes))
+    assert set(failures) == {"NVMe mounted"} and "label none" in failures["NVMe mounted"]
 
 
 def test_under_selinux_the_swap_file_label_is_checked():

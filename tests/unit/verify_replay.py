@@ -17,9 +17,11 @@ from hostkit.facts.snapshot import MARKER as SNAPSHOT_MARKER
 from hostkit.facts.snapshot import HostSnapshotFact
 from hostkit.plan.snapshot_facts import planning_facts
 from hostkit.operations.kernel import render_sysctl_file, render_thp_unit
+from hostkit.operations.nvme_boot import wanted_files
 from hostkit.operations.vllm_service import text_sha256
 from hostkit.operations.watchdog import watchdog_plan
 from hostkit.plan.planner import plan_host
+from hostkit.plan.plans import NVME_LABEL
 from hostkit.profile.host_profile import profile_from_data
 from hostkit.verify.probes import MARKER as PROBE_MARKER
 from hostkit.units.vllm_unit import render_env, render_unit
@@ -47,11 +49,43 @@ def recorded(name: str) -> list[str]:
     return (FIXTURES / name).read_text().splitlines()
 
 
+STORAGE_MARK = "%%hostkit-storage:"
+# udev's by-id links of a lab VM's NVMe disk (the storage section's by-id part, recorded).
+BY_ID = (Path(__file__).parent / "fixtures" / "storage" / "debian12-by-id.txt").read_text().splitlines()
+
+
+def storage_today(snapshot: list[str]) -> list[str]:
+    """A snapshot recorded before the NVMe boot unit, with its storage parts as today's deploy
+    leaves that host: udev's by-id links (recorded on a lab VM), the filesystem's label, the
+    unit's files as rendered and enabled, and no fstab line for the mount or the swap file
+    under it (the unit took them over)."""
+    if f"{STORAGE_MARK}by-id" in snapshot:
+        return snapshot
+    out: list[str] = []
+    part = None
+    for line in snapshot:
+        if line.startswith(STORAGE_MARK):
+            part = line[len(STORAGE_MARK):]
+            if part == "dirs":
+                out += [f"{STORAGE_MARK}by-id", *BY_ID, f"{STORAGE_MARK}nvme-unit", "@@nvme-unit@@", "enabled"]
+        elif part == "fstab" and line.split()[1:2] == ["/mnt/nvme"] or part == "fstab" and line.startswith("/mnt/nvme/"):
+            continue
+        elif part == "devices" and line.startswith("blkid:TYPE="):
+            out.append(f"blkid:LABEL={NVME_LABEL}")
+        out.append(line)
+    plan = plan_host(profile_from_data("lab1", LAB_DATA), planning_facts(HostSnapshotFact().process(
+        [line for line in out if line != "@@nvme-unit@@"])))
+    sums = [f"sha256 {text_sha256(text)}  {path}" for path, text in wanted_files(plan.nvme, plan.swap).items()]
+    index = out.index("@@nvme-unit@@")
+    return out[:index] + sums + out[index + 1:]
+
+
 def rendered_today(snapshot: list[str], keep_unit: bool = False) -> list[str]:
     """A recorded snapshot with hostkit's rendered files (sysctl file, THP unit, vLLM unit
     and environment file) as today's templates render them: a deploy writes what they render
     now, and a template change is no verification bug. `keep_unit`: a unit file the recording
     broke on purpose keeps its recorded hash."""
+    snapshot = storage_today(snapshot)
     plan = plan_host(profile_from_data("lab1", LAB_DATA), planning_facts(HostSnapshotFact().process(snapshot)))
     replacements = {
         "sysctl.ours ": [f"sysctl.ours {line}" for line in render_sysctl_file(plan.kernel).splitlines()],
@@ -77,7 +111,8 @@ def probed_today(probe: list[str]) -> list[str]:
     if f"{PROBE_MARKER}watchdog@@" in probe:
         return probe
     profile = profile_from_data("lab1", LAB_DATA)
-    plan = plan_host(profile, planning_facts(HostSnapshotFact().process(recorded("debian12-converged.snapshot.txt"))))
+    plan = plan_host(profile, planning_facts(HostSnapshotFact().process(
+        storage_today(recorded("debian12-converged.snapshot.txt")))))
     wanted = watchdog_plan(profile, plan.vllm)
     section = [f"{PROBE_MARKER}watchdog@@", f"unit_sha256={text_sha256(wanted.unit_text)}",
                f"script_sha256={text_sha256(wanted.script_text)}", "LoadState=loaded", "ActiveState=active",
