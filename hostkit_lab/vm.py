@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -28,6 +29,10 @@ class VmHost(LabHost):
     memory_mb: int = MEMORY_MB
     # Raw disk images attached read-only after the root disk (/dev/vdb, /dev/vdc, ...).
     disks: list[str] = field(default_factory=list)
+    # A second blank NVMe disk (serial hostkit-NAME-2, after the first unless swapped): several
+    # instance-store disks, whose nvmeXnY names follow the order qemu attaches them in.
+    second_nvme: bool = False
+    nvme_order_swapped: bool = False
 
     kind: ClassVar[str] = "vm"
 
@@ -69,14 +74,32 @@ class VmHost(LabHost):
                 # cache=unsafe: a guest's flushes stay in the controller's page cache, which a qemu
                 # restart keeps; only a crash of the controller itself would lose them.
                 "-drive", f"file={self.path / 'root.qcow2'},if=virtio,format=qcow2,cache=unsafe",
-                "-drive", f"file={self.path / 'nvme.qcow2'},if=none,id=nvm,format=qcow2,cache=unsafe",
-                "-device", f"nvme,drive=nvm,serial=hostkit-{self.name}",
+                *self._nvme_args(),
                 *read_only,
                 "-netdev", f"user,id=n0,hostfwd=tcp:127.0.0.1:{self.port}-:22",
                 "-device", "virtio-net-pci,netdev=n0",
             ],
             check=True,
         )
+
+    def _nvme_args(self) -> list[str]:
+        disks = [("nvm", "nvme.qcow2", f"hostkit-{self.name}")]
+        if self.second_nvme:
+            disks.append(("nvm2", "nvme2.qcow2", f"hostkit-{self.name}-2"))
+        if self.nvme_order_swapped:
+            disks.reverse()
+        args = []
+        for drive, image, serial in disks:
+            args += ["-drive", f"file={self.path / image},if=none,id={drive},format=qcow2,cache=unsafe",
+                     "-device", f"nvme,drive={drive},serial={serial}"]
+        return args
+
+    def add_second_nvme(self) -> None:
+        """Attach a second blank NVMe disk from the next start."""
+        if self.pid is not None:
+            raise RuntimeError(f"{self.name}: stop the host before adding a disk")
+        _create_blank(self.path / "nvme2.qcow2")
+        self.second_nvme = True
 
     def reboot(self, timeout: float = BOOT_TIMEOUT_S) -> None:
         """The lab powers off and starts qemu again rather than letting the guest reset in place:
@@ -111,6 +134,12 @@ class VmHost(LabHost):
         if self.pid is not None:
             raise RuntimeError(f"{self.name}: stop the host before blanking its NVMe disk")
         _create_blank(self.path / "nvme.qcow2")
+
+    def copy_second_nvme_to_first(self) -> None:
+        """The first NVMe disk gets the second one's contents (say, someone else's filesystem)."""
+        if self.pid is not None or not self.second_nvme:
+            raise RuntimeError(f"{self.name}: stop the host, which needs a second NVMe disk, first")
+        shutil.copyfile(self.path / "nvme2.qcow2", self.path / "nvme.qcow2")
 
 
 def _create_blank(path: Path) -> None:

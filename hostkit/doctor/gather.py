@@ -44,6 +44,7 @@ from hostkit.doctor.inputs import (
     HostMemory,
     KeepAlive,
     KernelTuning,
+    NvmeBoot,
     UnitMemory,
     VllmProcessTree,
 )
@@ -59,7 +60,7 @@ from hostkit.operations.watchdog import STATE_PATH as WATCHDOG_STATE
 from hostkit.operations.watchdog import WATCHDOG_UNIT
 from hostkit.monitoring import textfile_path
 from hostkit.monitoring.collector import unit_cgroup_path
-from hostkit.plan.plans import VLLM_UNIT
+from hostkit.plan.plans import NVME_SETTINGS_FILE, NVME_UNIT, VLLM_UNIT
 from hostkit.profile.host_profile import HostProfile
 from hostkit.remote import host_file
 
@@ -130,6 +131,8 @@ def doctor_command(unit: str = VLLM_UNIT, vllm_command: str | None = None, with_
         "hk_timed_out": TIMED_OUT,
         "hk_journal_s": str(JOURNAL_S),
         "hk_ps_s": str(PS_S),
+        "hk_nvme_settings": NVME_SETTINGS_FILE,
+        "hk_nvme_unit": NVME_UNIT,
     }
     lines = [f"{name}={shlex.quote(value)}" for name, value in settings.items()]
     lines += [
@@ -384,6 +387,29 @@ def parse_collector_metrics(lines: list[str] | None) -> CollectorMetrics | None:
     return CollectorMetrics(path=path, age_s=age, samples=samples)
 
 
+def parse_nvme_boot(lines: list[str] | None) -> NvmeBoot | None:
+    """The NVMe boot unit's settings (shell-quoted values), its last run and the active swap."""
+    values = {}
+    active = []
+    for line in lines or []:
+        key, sep, value = line.partition("=")
+        if not sep:
+            continue
+        if key == "active_swap":
+            active.append(value)
+        else:
+            words = shlex.split(value) if key.startswith("hk_") else [value]
+            values[key] = words[0] if words else ""
+    if "hk_by_id" not in values:
+        return None
+    return NvmeBoot(
+        by_id=values["hk_by_id"], mount=values.get("hk_mount", ""), fstype=values.get("hk_fstype", ""),
+        swap_file=values.get("hk_swap_file") or None, swap_size_bytes=parse_int(values.get("hk_swap_size")) or 0,
+        active_state=values.get("ActiveState") or None, result=values.get("Result") or None,
+        active_swaps=tuple(active),
+    )
+
+
 def parse_doctor_output(host: str, output: list[str], unit: str = VLLM_UNIT) -> DoctorInputs:
     parts = split_sub_sections(output)
     unit_memory = parse_unit(unit, parts.get("unit"), parts.get("cgroup", []))
@@ -421,6 +447,7 @@ def _assemble(host: str, parts: dict[str, list[str]], memory: HostMemory, unit_m
         notes=tuple(notes),
         keepalive=parse_keepalive(parts.get("engine-deaths", []), parts.get("watchdog", [])),
         collector=parse_collector_metrics(parts.get("metrics")),
+        nvme_boot=parse_nvme_boot(parts.get("nvme-boot")),
         timeouts=timed_out_lines([line for part in parts.values() for line in part]),
     )
 

@@ -116,6 +116,21 @@ class CollectorMetrics:
 
 
 @dataclass(frozen=True)
+class NvmeBoot:
+    """hostkit's NVMe boot unit as the host has it: what it brings back at boot (its settings,
+    written by the deploy from the plan), how its last run ended, and the swap active now."""
+
+    by_id: str
+    mount: str
+    fstype: str
+    swap_file: str | None  # None: no swap file under the mount
+    swap_size_bytes: int
+    active_state: str | None
+    result: str | None  # systemd's Result of its last run ("success", "exit-code", ...)
+    active_swaps: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class DoctorInputs:
     host: str
     memory: HostMemory
@@ -130,6 +145,7 @@ class DoctorInputs:
     notes: tuple[str, ...] = field(default=())  # what could not be read
     keepalive: KeepAlive = field(default_factory=KeepAlive)
     collector: CollectorMetrics | None = None  # None: no metrics file on the host
+    nvme_boot: NvmeBoot | None = None  # None: no NVMe boot unit installed
     timeouts: tuple[str, ...] = ()  # "WHAT timed out after N s", one per command that hit its deadline
 
     def to_dict(self) -> dict[str, Any]:

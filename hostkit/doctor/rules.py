@@ -17,6 +17,7 @@ from hostkit.doctor.inputs import DoctorInputs
 from hostkit.facts.kernel_log import OomKill
 from hostkit.doctor.vllm_args import VllmSettings, effective_settings, removal_note
 from hostkit.plan.planner import CHUNKED_PREFILL_BATCH_TOKENS, LONG_CONTEXT_TOKENS
+from hostkit.plan.plans import NVME_UNIT, NvmePlan, SwapPlan, nvme_lifecycle
 from hostkit.profile.host_profile import HostProfile
 from hostkit.profile.sizes import GIB, format_size
 from hostkit.vllm.flags import FlagError, parse_version
@@ -640,6 +641,28 @@ def memory_limit_unapplied(ctx: Context) -> Iterator[Finding]:
     )
 
 
+def nvme_boot(ctx: Context) -> Iterator[Finding]:
+    """The instance-store lifecycle (what the next wiped boot does), and a planned swap file
+    that this boot did not bring back."""
+    boot = ctx.inputs.nvme_boot
+    if boot is None:
+        return
+    line = nvme_lifecycle(NvmePlan(device=boot.by_id, by_id=boot.by_id, mount=boot.mount, fstype=boot.fstype or "ext4"),
+                          SwapPlan(enabled=boot.swap_file is not None, path=boot.swap_file,
+                                   size_bytes=boot.swap_size_bytes, boot="unit"))
+    evidence = {"by_id": boot.by_id, "swap_file": boot.swap_file, "unit_state": boot.active_state,
+                "unit_result": boot.result}
+    if boot.swap_file is not None and boot.swap_file not in boot.active_swaps:
+        yield Finding(
+            "swap-planned-absent", Severity.WARNING,
+            f"The swap file {boot.swap_file} is planned but not active: {NVME_UNIT} is {boot.active_state or 'unknown'}"
+            f" (result {boot.result or 'unknown'}), so vLLM runs without that swap.",
+            f"`journalctl -b -u {NVME_UNIT}` says what it found at {boot.by_id} (a disk with someone else's data is "
+            "never formatted); fix that, then re-run the deploy.", evidence)
+        return
+    yield Finding("instance-store", Severity.INFO, line[0].upper() + line[1:] + ".", "", evidence)
+
+
 RULES: tuple[Rule, ...] = (
     commands_timed_out,
     unit_state,
@@ -659,6 +682,7 @@ RULES: tuple[Rule, ...] = (
     transparent_hugepages,
     driver_auto_upgrades,
     collector_metrics,
+    nvme_boot,
 )
 
 

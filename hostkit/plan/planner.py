@@ -164,7 +164,8 @@ def plan_host(profile: HostProfile, facts: PlanningFacts, host_name: str = "this
 def _plan_nvme(p: HostProfile, facts: PlanningFacts, found: _Findings) -> NvmePlan | None:
     if p.nvme_device is None:
         return None
-    device = next((d for d in facts.nvme_devices if d.path == p.nvme_device), None)
+    # By name, or by its by-id link: with several disks, names can change order between boots.
+    device = next((d for d in facts.nvme_devices if p.nvme_device in (d.path, d.by_id)), None)
     if device is None:
         seen = ", ".join(d.path for d in facts.nvme_devices) or "none"
         found.refuse("nvme_device", f"{p.nvme_device} is not on this host (NVMe devices: {seen})")

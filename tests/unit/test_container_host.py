@@ -32,7 +32,7 @@ from hostkit.verify.checks import NOT_APPLICABLE, PASS
 from hostkit.verify.probes import MARKER as PROBE_MARKER
 from hostkit.verify.report import to_json, to_junit, to_text
 from hostkit.verify.runner import verify_host
-from verify_replay import LAB_DATA, FakeHost, recorded
+from verify_replay import LAB_DATA, FakeHost, recorded, storage_today
 
 FIXTURES = Path(__file__).parent / "fixtures"
 CONTAINER = FIXTURES / "container"
@@ -49,7 +49,7 @@ def container_plan(data: dict | None = None):
 
 
 def vm_plan():
-    snapshot = HostSnapshotFact().process(recorded("debian12-converged.snapshot.txt"))
+    snapshot = HostSnapshotFact().process(storage_today(recorded("debian12-converged.snapshot.txt")))
     return plan_host(profile_from_data("lab1", LAB_DATA), planning_facts(snapshot), host_name="lab1")
 
 
@@ -69,7 +69,7 @@ def test_the_controller_it_ran_on_is_a_docker_container_whose_memory_hierarchy_i
 
 
 def test_a_recording_without_the_parts_knows_no_container_and_no_memory_problem():
-    platform = HostSnapshotFact().process(recorded("debian12-converged.snapshot.txt")).sections.get("platform")
+    platform = HostSnapshotFact().process(storage_today(recorded("debian12-converged.snapshot.txt"))).sections.get("platform")
     assert platform is None or (platform.container, platform.memory_limit_unapplied) == (None, None)
     assert PlatformFact().process([]).container is None
 
@@ -151,7 +151,7 @@ def test_a_vms_plan_and_its_json_are_as_before():
 
 def test_an_unapplied_limit_on_a_vm_stays_the_failure_it_was():
     """hostkit owns a VM's kernel: a missing memory controller there is to be fixed, not warned about."""
-    snapshot = HostSnapshotFact().process(recorded("debian12-converged.snapshot.txt"))
+    snapshot = HostSnapshotFact().process(storage_today(recorded("debian12-converged.snapshot.txt")))
     facts = planning_facts(snapshot)
     platform = container_snapshot().platform.model_copy(update={"container": None})
     plan = plan_host(profile_from_data("lab1", LAB_DATA), facts.model_copy(update={"platform": platform}))

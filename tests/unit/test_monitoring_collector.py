@@ -303,7 +303,20 @@ def test_without_systemd_the_collector_attributes_gpu_memory_by_the_planned_unit
     monkeypatch.setattr(collector, "gpu_samples", lambda timeout_s, unit_cgroup: seen.append(unit_cgroup) or [])
     collector.collect(collector.argparse.Namespace(
         state_dir=str(tmp_path), unit="vllm.service", health_url="", command_timeout=1, nvidia_smi_timeout=1,
-        watchdog_file=str(tmp_path / "none.json"), interval=15))
+        watchdog_file=str(tmp_path / "none.json"), interval=15, nvme_settings=""))
     assert seen == ["/system.slice/vllm.service"]
     inside = (MON / "h200-vllm-cgroup" / "proc-inside-cgroup").read_text().splitlines()
     assert collector.in_cgroup(inside, seen[0])
+
+
+def test_a_planned_swap_file_not_in_proc_swaps_is_reported_absent():
+    """The boot unit's file (its settings, as the deploy writes them) and an fstab line's, each by path."""
+    settings = "# Managed by vllm-hostkit\nhk_mount=/mnt/nvme\nhk_swap_file=/mnt/nvme/vllm-hostkit.swap\n"
+    fstab = ("LABEL=root / ext4 defaults 0 1\n/var/lib/swap/vllm-hostkit.swap none swap nofail,pri=10 0 0\n"
+             "/swapfile none swap sw 0 0\n#/old/vllm-hostkit.swap none swap sw 0 0\n")
+    planned = collector.planned_swap_files(settings, fstab)
+    assert planned == ["/mnt/nvme/vllm-hostkit.swap", "/var/lib/swap/vllm-hostkit.swap"]
+    swaps = ("Filename\tType\tSize\tUsed\tPriority\n"
+             "/var/lib/swap/vllm-hostkit.swap file 1048572 0 10\n")
+    assert collector.active_swaps(swaps) == {"/var/lib/swap/vllm-hostkit.swap"}
+    assert collector.planned_swap_files("hk_swap_file=''\n", None) == []

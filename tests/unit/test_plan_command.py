@@ -37,7 +37,10 @@ def test_plan_from_recorded_facts_shows_every_decision():
         "--served-model-name Qwen/Qwen2.5-7B-Instruct --gpu-memory-utilization 0.9 --max-num-seqs 61 "
         "--enable-chunked-prefill --max-num-batched-tokens 8192"
     ) in out
-    assert "nvme      /dev/nvme1n1: ext4 at /mnt/nvme" in out
+    by_id = "/dev/disk/by-id/nvme-SAMSUNG_MZWLR3T8HBLS-00007_S6EXNA0T000001"
+    assert f"nvme      /dev/nvme1n1 ({by_id}): ext4 at /mnt/nvme" in out
+    assert (f"          at boot, vllm-hostkit-nvme.service formats a blank {by_id} (ext4, label vllm-hostkit), "
+            "mounts it at /mnt/nvme and re-creates the 16G swap file /mnt/nvme/vllm-hostkit.swap") in out
     assert "VLLM_API_KEY=********" in out and "HF_TOKEN=********" in out
     assert "swap      /var/lib/swap/vllm-hostkit.swap  4G" in out
     assert "vllm      disabled" in out
@@ -57,7 +60,8 @@ def test_json_output_is_machine_readable_and_masked():
     assert (document["ok"], document["exit_code"], document["problems"]) == (True, 0, [])
     plans = document["hosts"]
     assert list(plans) == ["gpu-a1", "gpu-b1", "cpu-1"]
-    assert plans["gpu-b1"]["nvme"] == {"device": "/dev/nvme1n1", "mount": "/mnt/nvme", "fstype": "ext4"}
+    assert plans["gpu-b1"]["nvme"] == {"device": "/dev/nvme1n1", "mount": "/mnt/nvme", "fstype": "ext4",
+                                       "by_id": "/dev/disk/by-id/nvme-SAMSUNG_MZWLR3T8HBLS-00007_S6EXNA0T000001"}
     assert plans["gpu-a1"]["swap"]["size_bytes"] == 16 * 1024**3
     assert plans["gpu-b1"]["vllm"]["argv"][:3] == ["/opt/vllm/bin/vllm", "serve", "meta-llama/Llama-3.1-8B-Instruct"]
     assert plans["cpu-1"]["vllm"]["enabled"] is False
