@@ -3,15 +3,19 @@ pyinfra over ssh, running tests/e2e/deploys/swap_only.py (the NVMe and swap part
 vLLM host deploy).
 
 All tests share one VM (`shared_lab_host`) and run in file order; each first brings the
-host to the lab plan (a no-op when the test before it passed). The boot test comes last: it
-reboots the VM and blanks its NVMe disk.
+host to the lab plan (a no-op when the test before it passed). The boot test comes last: three
+boots (a blank disk behind a second one, the disks intact, someone else's data on the disk).
 """
 
 from __future__ import annotations
 
+import shlex
+import time
 from pathlib import Path
 
 import pytest
+
+from hostkit.monitoring import collector_source
 
 from tests.e2e.lab_shell import sh
 from tests.waiting import wait_for
@@ -22,6 +26,9 @@ GIB = 2**30
 MIB = 2**20
 # Swap-only runs: no vLLM planning, nothing else on the host changes.
 BASE = {"vllm_enabled": False}
+UNIT = "vllm-hostkit-nvme.service"
+SETTINGS = "/etc/vllm-hostkit/nvme.conf"
+LABEL = "vllm-hostkit"
 
 
 def deploy(run_deploy, lab_host, **data):
@@ -46,20 +53,28 @@ def assert_swap_as_planned(lab_host, size: int, priority: int = 10) -> None:
     size_kib, _used, active_priority = swaps[SWAP]
     assert abs(size_kib * 1024 - size) <= 8192 and active_priority == priority
     assert sh(lab_host, f"stat -c '%s %a %U:%G' {SWAP}").split() == [str(size), "600", "root:root"]
-    assert fstab_entries(lab_host, 0, SWAP) == [[SWAP, "none", "swap", f"nofail,pri={priority}", "0", "0"]]
+    # The boot unit brings it back: no fstab line.
+    assert fstab_entries(lab_host, 0, SWAP) == []
     assert sh(lab_host, f"ls {SWAP}.new 2>/dev/null || true").strip() == ""
 
 
-def assert_nvme_mounted(lab_host) -> str:
-    uuid = sh(lab_host, "blkid -p -o value -s UUID /dev/nvme0n1").strip()
+def by_id(lab_host) -> str:
+    """The planned disk's by-id name, as the deploy wrote it into the unit's settings."""
+    return sh(lab_host, f". {SETTINGS} && echo $hk_by_id").strip()
+
+
+def assert_nvme_mounted(lab_host, device: str = "/dev/nvme0n1") -> str:
+    uuid = sh(lab_host, f"blkid -p -o value -s UUID {device}").strip()
     mounted = lab_host.ssh("findmnt -n -o SOURCE /mnt/nvme").stdout.strip()
-    # Why not, in CI's output (its lab directory is gone after): the mount unit and the boot's
-    # NVMe lines (a slow boot past x-systemd.device-timeout, or an I/O timeout of qemu's NVMe).
-    assert mounted == "/dev/nvme0n1", lab_host.ssh(
-        "systemctl status --no-pager mnt-nvme.mount; journalctl -b --no-pager -o short-monotonic"
+    # Why not, in CI's output (its lab directory is gone after): the unit's journal and the
+    # boot's NVMe lines (an I/O timeout of qemu's NVMe).
+    assert mounted == device, lab_host.ssh(
+        f"journalctl -b --no-pager -u {UNIT}; journalctl -b --no-pager -o short-monotonic"
         " | grep -iE 'nvme|timed out|dependency' | tail -n 40").stdout
-    assert fstab_entries(lab_host, 1, "/mnt/nvme") == [
-        [f"UUID={uuid}", "/mnt/nvme", "ext4", "defaults,nofail,x-systemd.device-timeout=90s", "0", "2"]]
+    assert sh(lab_host, f"blkid -p -o value -s LABEL {device}").strip() == LABEL
+    assert fstab_entries(lab_host, 1, "/mnt/nvme") == []
+    assert sh(lab_host, f"readlink -f {by_id(lab_host)}").strip() == device
+    assert sh(lab_host, f"systemctl is-enabled {UNIT}").strip() == "enabled"
     return uuid
 
 
@@ -83,7 +98,8 @@ def test_non_blank_nvme_is_refused_and_a_blank_one_gets_swap(shared_lab_host, ru
 
     # With the planner out of the way, prepare_nvme refuses on its own.
     run = deploy(run_deploy, host, nvme_device=None, swap_dir="/var/tmp",
-                 e2e_nvme_plan={"device": "/dev/nvme0n1", "mount": "/mnt/nvme"}, e2e_swap_plan={"enabled": False})
+                 e2e_nvme_plan={"device": "/dev/nvme0n1", "by_id": "/dev/disk/by-id/unused", "mount": "/mnt/nvme"},
+                 e2e_swap_plan={"enabled": False})
     assert not run.ok
     assert "refusing to format /dev/nvme0n1: it is not blank: /dev/nvme0n1 carries ext4" in run.output
     assert sh(host, "blkid -p -o value -s LABEL /dev/nvme0n1").strip() == "userdata"
@@ -115,7 +131,7 @@ def test_resize_up_and_down_is_make_before_break(shared_lab_host, run_deploy):
 def test_drift_is_corrected(shared_lab_host, run_deploy):
     host = shared_lab_host
     assert deploy(run_deploy, host).ok
-    sh(host, f"swapoff {SWAP} && chmod 644 {SWAP} && sed -i '\\#^{SWAP} #d' /etc/fstab")
+    sh(host, f"swapoff {SWAP} && chmod 644 {SWAP} && echo hk_swap_size=1 >> {SETTINGS}")
 
     run = deploy(run_deploy, host)
     assert run.ok, run.output
@@ -224,7 +240,7 @@ def test_resize_and_swapoff_are_refused_while_memory_is_short_then_swap_is_remov
         assert not run.ok
         assert f"refusing to swapoff {SWAP}: it holds" in run.output
         assert "MiB of swapped-out pages; swapoff needs those plus a 256 MiB margin" in run.output
-        assert SWAP in proc_swaps(host) and fstab_entries(host, 0, SWAP)
+        assert SWAP in proc_swaps(host) and sh(host, f". {SETTINGS} && echo $hk_swap_file").strip() == SWAP
     finally:
         host.ssh(f"kill {hog}")
 
@@ -232,37 +248,132 @@ def test_resize_and_swapoff_are_refused_while_memory_is_short_then_swap_is_remov
     assert run.ok, run.output
     assert proc_swaps(host) == {}
     assert sh(host, f"ls {SWAP} 2>/dev/null || true").strip() == ""
-    assert fstab_entries(host, 0, SWAP) == []
+    assert sh(host, f". {SETTINGS} && echo \"[$hk_swap_file]\"").strip() == "[]"  # none made at boot
     assert_no_change(run_deploy, host, swap_enabled=False)
+
+
+def test_an_fstab_era_host_is_converted_with_its_swap_on_throughout(shared_lab_host, run_deploy):
+    """The host as hostkit left it before the boot unit: the mount by UUID with its device
+    timeout and the swap file's line in fstab, no label, no unit. The deploy takes both over
+    without a swapoff or an unmount (sampled every 0.1 s on the host while it runs)."""
+    host = shared_lab_host
+    assert deploy(run_deploy, host).ok
+    uuid = assert_nvme_mounted(host)
+    sh(host, f"systemctl disable --quiet {UNIT} && rm -f /etc/systemd/system/{UNIT} {SETTINGS}"
+             " /usr/local/lib/vllm-hostkit/*.sh && e2label /dev/nvme0n1 ''"
+             f" && echo 'UUID={uuid} /mnt/nvme ext4 defaults,nofail,x-systemd.device-timeout=90s 0 2' >> /etc/fstab"
+             f" && echo '{SWAP} none swap nofail,pri=10 0 0' >> /etc/fstab && systemctl daemon-reload")
+    watcher = sh(host, "nohup sh -c 'while :; do s=0; m=0; grep -q \"^/mnt/nvme/vllm-hostkit.swap \" /proc/swaps && s=1;"
+                       " grep -q \" /mnt/nvme \" /proc/self/mounts && m=1; echo $s$m; sleep 0.1; done'"
+                       " > /run/hk-watch 2>&1 & echo $!").strip()
+    try:
+        run = deploy(run_deploy, host)
+    finally:
+        host.ssh(f"kill {watcher}")
+    assert run.ok, run.output
+    assert set(run.changed) == {"Prepare NVMe", "NVMe and swap at boot"}, run.changed  # the label; the unit
+    samples = sh(host, "cat /run/hk-watch").split()
+    assert len(samples) > 20 and set(samples) == {"11"}, samples  # swap active and mounted throughout
+    assert assert_nvme_mounted(host) == uuid
+    assert_swap_as_planned(host, GIB)
+    assert_no_change(run_deploy, host)
 
 
 # -- boots -----------------------------------------------------------------------------------
 
 
+def boot(lab_host) -> dict[str, float]:
+    """Start the stopped VM; seconds from qemu's start to ssh and to the swap file active (None:
+    not within 5 min), and what systemd measured in the guest (since the kernel started)."""
+    started = time.monotonic()
+    lab_host.start()
+    lab_host.wait_for_ssh()
+    figures = {"ssh": time.monotonic() - started, "swap": None}
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        if SWAP in proc_swaps(lab_host):
+            figures["swap"] = time.monotonic() - started
+            break
+        if lab_host.ssh(f"systemctl is-failed --quiet {UNIT}").returncode == 0:
+            break
+        time.sleep(1)
+    def monotonic_s(unit: str, prop: str) -> float:
+        return int(sh(lab_host, f"systemctl show -p {prop} --value {unit}").strip() or 0) / 1e6
+
+    figures["guest_sshd"] = monotonic_s("ssh.service", "ActiveEnterTimestampMonotonic")
+    figures["guest_unit_done"] = monotonic_s(UNIT, "ExecMainExitTimestampMonotonic")
+    return figures
+
+
+def unit_journal(lab_host) -> str:
+    return sh(lab_host, f"journalctl -b --no-pager -o cat -u {UNIT}")
+
+
+def planned_absent_metric(lab_host) -> str:
+    """hostkit's collector, run once on the host against its real state."""
+    sh(lab_host, f"printf %s {shlex.quote(collector_source())} > /run/collector.py && python3 -I -S /run/collector.py"
+                 f" --textfile-dir /run/hk-metrics --state-dir /run/hk-state --nvme-settings {SETTINGS}")
+    lines = sh(lab_host, "cat /run/hk-metrics/hostkit.prom").splitlines()
+    return "\n".join(line for line in lines if line.startswith("hostkit_swap_planned_absent"))
+
+
 @pytest.mark.slow
-def test_swap_comes_back_after_reboot_and_after_a_blank_nvme_boot(shared_lab_host, run_deploy):
+def test_swap_comes_back_at_boot_by_itself_and_a_foreign_disk_is_left_alone(shared_lab_host, run_deploy):
     host = shared_lab_host
     run = deploy(run_deploy, host)
     assert run.ok, run.output
     first_uuid = assert_nvme_mounted(host)
+    planned = by_id(host)
+    # udev 252 adds the namespace id to model and serial: the name of this namespace alone.
+    assert planned == f"/dev/disk/by-id/nvme-QEMU_NVMe_Ctrl_hostkit-{host.name}_1"
 
-    host.reboot()
-    assert_nvme_mounted(host)
-    assert_swap_as_planned(host, GIB)
-
-    # An instance-store NVMe after stop/start: blank. The host must boot without the swap.
+    # Instance store after a stop/start, behind a second instance-store disk that qemu now
+    # attaches first: both blank, the planned one is nvme1n1 this boot.
     host.stop()
     host.blank_nvme()
-    host.start()
-    host.wait_for_ssh()
-    state = host.ssh("systemctl is-system-running --wait").stdout.strip()
-    assert state in ("running", "degraded"), state
-    assert proc_swaps(host) == {}
-    assert sh(host, "findmnt -n /mnt/nvme || true").strip() == ""
-    assert "Timed out waiting for device" in sh(host, "journalctl -b --no-pager | grep 'Timed out' || true")
-
-    run = deploy(run_deploy, host)
-    assert run.ok, run.output
-    assert assert_nvme_mounted(host) != first_uuid
+    host.add_second_nvme()
+    host.nvme_order_swapped = True
+    blank = boot(host)
+    assert sh(host, f"readlink -f {planned}").strip() == "/dev/nvme1n1"
+    healed_uuid = assert_nvme_mounted(host, "/dev/nvme1n1")
+    assert healed_uuid != first_uuid
     assert_swap_as_planned(host, GIB)
+    journal = unit_journal(host)
+    assert "/dev/nvme1n1 was blank: made ext4, label vllm-hostkit" in journal, journal
+    assert f"made {SWAP} (1024 MiB, priority 10) and swapped it on" in journal, journal
+    # The other disk is not the planned one: untouched.
+    assert sh(host, "wipefs --no-act --noheadings -o TYPE /dev/nvme0n1").strip() == ""
+    # No deploy was needed; one after the healed boot changes nothing (nvme_device named by its
+    # by-id link: /dev/nvme0n1 is the other disk now).
+    assert_no_change(run_deploy, host, nvme_device=planned)
+
+    # The disks intact, in their usual order: the baseline boot.
+    host.stop()
+    host.nvme_order_swapped = False
+    intact = boot(host)
+    assert assert_nvme_mounted(host) == healed_uuid
+    assert_swap_as_planned(host, GIB)
+    journal = unit_journal(host)
+    assert "holds hostkit's filesystem (label vllm-hostkit)" in journal and f"swapped on {SWAP}" in journal, journal
     assert_no_change(run_deploy, host)
+
+    print(f"\nboot to ssh and to swap (s from qemu's start; guest: s since the kernel started)")
+    for name, figures in (("blank disk", blank), ("disk intact", intact)):
+        print(f"  {name:<12} ssh {figures['ssh']:.1f}  swap {figures['swap']:.1f}"
+              f"  guest: sshd up {figures['guest_sshd']:.1f}, {UNIT} done {figures['guest_unit_done']:.1f}")
+
+    # Someone else's filesystem on the planned disk at boot: never formatted, the boot goes on,
+    # no swap, and the collector says the planned swap file is absent.
+    sh(host, "mkfs.ext4 -q -L userdata /dev/nvme1n1")
+    foreign_uuid = sh(host, "blkid -p -o value -s UUID /dev/nvme1n1").strip()
+    host.stop()
+    host.copy_second_nvme_to_first()
+    foreign = boot(host)
+    assert foreign["swap"] is None and proc_swaps(host) == {}
+    assert sh(host, f"systemctl is-failed {UNIT} || true").strip() == "failed"
+    assert "refusing to format /dev/nvme0n1: it is not blank: it carries ext4" in unit_journal(host)
+    assert sh(host, "blkid -p -o value -s LABEL -s UUID /dev/nvme0n1").split() == ["userdata", foreign_uuid]
+    assert sh(host, "findmnt -n /mnt/nvme || true").strip() == ""
+    assert planned_absent_metric(host).endswith(f'hostkit_swap_planned_absent{{path="{SWAP}"}} 1')
+    print(f"  {'foreign disk':<12} ssh {foreign['ssh']:.1f}  swap none"
+          f"  guest: sshd up {foreign['guest_sshd']:.1f}, {UNIT} failed at {foreign['guest_unit_done']:.1f}")
