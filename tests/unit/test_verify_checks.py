@@ -102,7 +102,7 @@ def test_the_nvme_boot_unit_is_checked_and_says_what_the_next_wiped_boot_does():
     profile, plan, snapshot, probes = converged()
     [unit] = [r for r in check_host(profile, plan, snapshot, probes) if r.name == "NVMe boot unit"]
     assert unit.ok and ("at boot, vllm-hostkit-nvme.service formats a blank /dev/disk/by-id/nvme-QEMU_NVMe_Ctrl_"
-                        "hostkit-lab1 (ext4, label vllm-hostkit), mounts it at /mnt/nvme and re-creates the 1G swap "
+                        "hostkit-lab1_1 (ext4, label vllm-hostkit), mounts it at /mnt/nvme and re-creates the 1G swap "
                         "file /mnt/nvme/vllm-hostkit.swap") in unit.expected
     storage = snapshot.storage
     sums = {**storage.nvme_unit_sha256, "/etc/vllm-hostkit/nvme.conf": "0" * 64}
