@@ -39,9 +39,10 @@ FAULTS = (
     Fault("reboot between swap and unit steps",
           "tests/e2e/test_faults.py::test_a_reboot_between_the_swap_and_unit_steps_then_a_rerun_converges",
           f"unit not half-written; rerun applies the new flag; {AFTER_EACH}"),
-    Fault("blank NVMe after a reboot",
-          "tests/e2e/test_swap.py::test_swap_comes_back_after_reboot_and_after_a_blank_nvme_boot",
-          "boot not blocked (device timeout), no swap, rerun re-formats and restores swap, then no change"),
+    Fault("blank or foreign NVMe at boot",
+          "tests/e2e/test_swap.py::test_swap_comes_back_at_boot_by_itself_and_a_foreign_disk_is_left_alone",
+          "boot not held; blank: formatted and swap back with no deploy, a deploy then changes nothing;"
+          " foreign: untouched, no swap, the metric says absent"),
     Fault("resize or swapoff while RAM cannot absorb the swap",
           "tests/e2e/test_swap.py::test_resize_and_swapoff_are_refused_while_memory_is_short_then_swap_is_removed",
           "both refused with the numbers, before any dd; old swap and fstab kept; allowed once memory is free"),

@@ -4,7 +4,7 @@ booted cleanly, has no fstab entry for a missing file, and the next run converge
 nothing lost (swap as planned, vLLM serving, a further run changing nothing).
 
 Faults covered elsewhere are not repeated here (scripts/fault_report.py runs them all):
-a full disk, a refused swapoff or resize, a blank NVMe after a reboot (test_swap.py); a
+a full disk, a refused swapoff or resize, a blank or foreign NVMe at boot (test_swap.py); a
 memory hog in the vLLM unit (test_vllm_service.py).
 """
 
@@ -70,7 +70,10 @@ def assert_converged(run_deploy, lab_host, swap_bytes: int = GIB, **data) -> Non
     swaps = sh(lab_host, "tail -n +2 /proc/swaps").split()
     assert swaps[0] == SWAP and abs(int(swaps[2]) * 1024 - swap_bytes) <= 8192, swaps
     assert sh(lab_host, f"stat -c '%s %a' {SWAP}").split() == [str(swap_bytes), "600"]
-    assert fstab.count(f"{SWAP} none swap") == 1
+    # Under nvme_mount: no fstab line; the boot unit makes and swaps on the file.
+    assert f"{SWAP} none swap" not in fstab
+    assert sh(lab_host, "systemctl is-enabled vllm-hostkit-nvme.service").strip() == "enabled"
+    assert sh(lab_host, ". /etc/vllm-hostkit/nvme.conf && echo $hk_swap_file").strip() == SWAP
     assert sh(lab_host, f"ls {SWAP}.new {LOCK} 2>/dev/null || true").strip() == ""
     assert Probe.parse(sh(lab_host, probe_command("0.0.0.0", 8000)).strip()).serves("lab-model")
     run = deploy(run_deploy, lab_host, **data)

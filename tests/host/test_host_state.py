@@ -9,7 +9,7 @@ from hostkit.verify.pytest_plugin import assert_area
 
 
 def test_swap(hostkit_report):
-    """Active at the planned path and size, on NVMe, mode 600 root, in fstab with nofail."""
+    """Active at the planned path and size, on NVMe, mode 600 root, brought back at boot (the NVMe boot unit, or fstab with nofail)."""
     assert_area(hostkit_report, "swap")
 
 
