@@ -98,7 +98,7 @@ class VmHost(LabHost):
         """Attach a second blank NVMe disk from the next start."""
         if self.pid is not None:
             raise RuntimeError(f"{self.name}: stop the host before adding a disk")
-        _create_blank(self.path / "nvme2.qcow2")
+        _create_blank(self.path / "nvme2.qcow2", preallocation="falloc")
         self.second_nvme = True
 
     def reboot(self, timeout: float = BOOT_TIMEOUT_S) -> None:
@@ -133,7 +133,7 @@ class VmHost(LabHost):
         """Replace the NVMe disk with a blank one, as an instance-store disk after stop/start."""
         if self.pid is not None:
             raise RuntimeError(f"{self.name}: stop the host before blanking its NVMe disk")
-        _create_blank(self.path / "nvme.qcow2")
+        _create_blank(self.path / "nvme.qcow2", preallocation="falloc")
 
     def copy_second_nvme_to_first(self) -> None:
         """The first NVMe disk gets the second one's contents (say, someone else's filesystem)."""
@@ -142,11 +142,15 @@ class VmHost(LabHost):
         shutil.copyfile(self.path / "nvme2.qcow2", self.path / "nvme.qcow2")
 
 
-def _create_blank(path: Path) -> None:
+def _create_blank(path: Path, preallocation: str = "metadata") -> None:
     path.unlink(missing_ok=True)
     # preallocation=metadata: on a qcow2 without it, qemu 7.2's NVMe controller lost requests
     # during the first writes (mkfs, the first swap dd): 30 to 75 I/O timeouts, then EIO or the
     # device gone; 2 of 3 fresh images on an idle machine, in either cache mode. With it, none
-    # (2 of 2), and the first 1 GiB dd took 19-23 s instead of 112 s (2026-12-01).
-    subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", "-o", "preallocation=metadata", str(path), NVME_SIZE],
-                   check=True)
+    # (2 of 2), and the first 1 GiB dd took 19-23 s instead of 112 s (2026-12-01). Still, a
+    # boot that formatted a fresh image and wrote its swap file while two NVMe controllers and
+    # the boot shared the guest saw the same timeouts, then the controller disabled
+    # (2026-12-04): a disk blanked between boots is "falloc" (its clusters allocated on the
+    # controller's disk, 8 GiB of space, no writes), so a guest's first writes allocate nothing.
+    subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", "-o", f"preallocation={preallocation}", str(path),
+                    NVME_SIZE], check=True)

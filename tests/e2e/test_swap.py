@@ -334,7 +334,7 @@ def test_swap_comes_back_at_boot_by_itself_and_a_foreign_disk_is_left_alone(shar
     host.add_second_nvme()
     host.nvme_order_swapped = True
     blank = boot(host)
-    assert sh(host, f"readlink -f {planned}").strip() == "/dev/nvme1n1"
+    assert sh(host, f"readlink -f {planned}").strip() == "/dev/nvme1n1", unit_journal(host)
     healed_uuid = assert_nvme_mounted(host, "/dev/nvme1n1")
     assert healed_uuid != first_uuid
     assert_swap_as_planned(host, GIB)
