@@ -342,7 +342,7 @@ def test_swap_comes_back_at_boot_by_itself_and_a_foreign_disk_is_left_alone(shar
     assert "/dev/nvme1n1 was blank: made ext4, label vllm-hostkit" in journal, journal
     assert f"made {SWAP} (1024 MiB, priority 10) and swapped it on" in journal, journal
     # The other disk is not the planned one: untouched.
-    assert sh(host, "wipefs --no-act --noheadings -o TYPE /dev/nvme0n1").strip() == ""
+    assert sh(host, "wipefs --no-act --noheadings --output TYPE /dev/nvme0n1").strip() == ""
     # No deploy was needed; one after the healed boot changes nothing (nvme_device named by its
     # by-id link: /dev/nvme0n1 is the other disk now).
     assert_no_change(run_deploy, host, nvme_device=planned)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from hostkit.doctor.gather import parse_doctor_output
+from hostkit.doctor.gather import SUB_MARKER, parse_doctor_output, parse_nvme_boot, split_sub_sections
 from hostkit.doctor.inputs import GpuHolder, GpuMemory, VllmProcessTree
 from hostkit.cli.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_UNUSABLE
 from hostkit.doctor.report import exit_code
@@ -367,3 +367,34 @@ def test_a_command_past_its_deadline_is_critical_and_named():
     timed_out = finding(diagnose(inputs), "command-timed-out")
     assert timed_out.severity is Severity.CRITICAL
     assert "nvidia-smi --query-gpu timed out after 2 s" in timed_out.problem
+
+
+# -- the NVMe boot unit -------------------------------------------------------------------
+
+NVME_BOOT_PART = [
+    f"{SUB_MARKER}nvme-boot@@",
+    "hk_lib=/usr/local/lib/vllm-hostkit", "hk_by_id=/dev/disk/by-id/nvme-QEMU_NVMe_Ctrl_hostkit-lab1_1",
+    "hk_mount=/mnt/nvme", "hk_fstype=ext4", "hk_swap_file=/mnt/nvme/vllm-hostkit.swap", "hk_swap_size=1073741824",
+    "ActiveState=active", "Result=success", "active_swap=/mnt/nvme/vllm-hostkit.swap",
+]
+
+
+def with_nvme_boot(lines):
+    return replace(healthy(), nvme_boot=parse_nvme_boot(split_sub_sections(lines)["nvme-boot"]))
+
+
+def test_doctor_says_what_the_next_wiped_boot_does():
+    found = finding(diagnose(with_nvme_boot(NVME_BOOT_PART)), "instance-store")
+    assert found.severity == Severity.INFO
+    assert found.problem.startswith("At boot, vllm-hostkit-nvme.service formats a blank "
+                                    "/dev/disk/by-id/nvme-QEMU_NVMe_Ctrl_hostkit-lab1_1 (ext4, label vllm-hostkit), "
+                                    "mounts it at /mnt/nvme and re-creates the 1G swap file")
+
+
+def test_a_planned_swap_file_absent_since_a_failed_boot_unit_is_a_warning():
+    failed = [line for line in NVME_BOOT_PART if not line.startswith(("active_swap", "ActiveState", "Result"))]
+    found = finding(diagnose(with_nvme_boot([*failed, "ActiveState=failed", "Result=exit-code"])),
+                    "swap-planned-absent")
+    assert found.severity == Severity.WARNING
+    assert "vllm-hostkit-nvme.service is failed (result exit-code)" in found.problem
+    assert "journalctl -b -u vllm-hostkit-nvme.service" in found.fix
