@@ -19,7 +19,7 @@ from hostkit.doctor.vllm_args import VllmSettings, effective_settings, removal_n
 from hostkit.plan.planner import CHUNKED_PREFILL_BATCH_TOKENS, LONG_CONTEXT_TOKENS
 from hostkit.profile.host_profile import HostProfile
 from hostkit.profile.sizes import GIB, format_size
-from hostkit.vllm.flags import FlagError, parse_version
+from hostkit.vllm.flags import FlagError, parse_version, runs_v1_by_default
 
 # Swap fill levels: above these the next burst has nowhere to go but the OOM killer.
 SWAP_WARNING_FRACTION = 0.80
@@ -37,8 +37,6 @@ UNIT_PEAK_PRESSURE_FRACTION = 0.90  # of MemoryMax
 HOST_PRESSURE_FRACTION = 0.80  # of RAM, when the unit has no limit
 SWAP_PRESSURE_FRACTION = 0.50
 SWAPPINESS_ADVICE = 10
-# V1 became the default engine in 0.8 and turns chunked prefill on by itself.
-V1_DEFAULT_FROM = (0, 8, 0)
 # Used when the installed release is unknown: vLLM's default before 0.20.
 ASSUMED_DEFAULT_UTILIZATION = 0.90
 
@@ -482,7 +480,7 @@ def _v1_default(version: str | None) -> bool:
     if not version:
         return True  # unknown: assume a current release
     try:
-        return parse_version(version)[:3] >= V1_DEFAULT_FROM
+        return runs_v1_by_default(version)
     except FlagError:
         return True
 

@@ -54,7 +54,7 @@ from hostkit.plan.plans import (
 from hostkit.profile.host_profile import HostProfile, mask
 from hostkit.profile.sizes import GIB, MIB, format_size
 from hostkit.plan.swap_filesystems import reserve_bytes, swap_file_refusal
-from hostkit.vllm.flags import FlagError, flags_for, known_versions, parse_version, render_flags
+from hostkit.vllm.flags import FlagError, flags_for, known_versions, parse_version, render_flags, runs_v1_by_default
 from hostkit.vllm.os_packages import needed_os_packages, package_source
 from hostkit.vllm.runtime import InstallTarget, driver_floor, driver_problem, mismatch_problem, release_matches
 from hostkit.units.vllm_unit import unit_notes
@@ -606,12 +606,30 @@ def _profiled_batch(p: HostProfile, max_model_len: int) -> tuple[bool | None, in
     "auto" resolved as _engine_settings does (None: left to vLLM)."""
     chunked = p.vllm_enable_chunked_prefill
     if chunked == "auto":
-        chunked = max_model_len > LONG_CONTEXT_TOKENS
+        chunked = auto_chunked_prefill(max_model_len)
     batched = p.vllm_max_num_batched_tokens
     if batched == "auto":
-        v1_chunks = chunked is None and parse_version(p.vllm_version)[:3] >= (0, 8, 0)
-        batched = CHUNKED_PREFILL_BATCH_TOKENS if (chunked is True or v1_chunks) else max_model_len
+        batched = auto_batched_tokens(chunked, p.vllm_version, max_model_len)
     return chunked, batched
+
+
+def auto_chunked_prefill(max_model_len: int | None) -> bool | None:
+    """vllm_enable_chunked_prefill "auto": on for long contexts; None (vLLM's default) when
+    the context length is unknown."""
+    return None if max_model_len is None else max_model_len > LONG_CONTEXT_TOKENS
+
+
+def prefills_in_chunks(chunked: bool | None, version: str) -> bool:
+    """Whether vLLM will prefill in chunks: asked to, or left to a V1 engine, which does."""
+    return chunked is True or (chunked is None and runs_v1_by_default(version))
+
+
+def auto_batched_tokens(chunked: bool | None, version: str, max_model_len: int | None, floor: int = 0) -> int | None:
+    """vllm_max_num_batched_tokens "auto": a chunk when prompts are prefilled in chunks, else
+    a whole prompt; at least `floor` (max_num_seqs); None when the context length is unknown."""
+    if prefills_in_chunks(chunked, version):
+        return max(CHUNKED_PREFILL_BATCH_TOKENS, floor)
+    return None if max_model_len is None else max(max_model_len, floor)
 
 
 def _gpu_holders(gpu: GpuMemoryFact) -> str:
@@ -630,8 +648,8 @@ def _check_host_ram(p: HostProfile, tp: int, memory_max: int | None, facts: Plan
     low = RAM_PER_GPU_PROCESS[0] * tp + RAM_FRONTEND[0]
     high = RAM_PER_GPU_PROCESS[1] * tp + RAM_FRONTEND[1]
     parts = [f"{tp} GPU process(es) and the frontend"]
-    if parse_version(p.vllm_version)[:3] < (0, 8, 0):
-        # The V0 engine pins --swap-space GiB of host memory per GPU; V1 (default from 0.8) ignores it.
+    if not runs_v1_by_default(p.vllm_version):
+        # The V0 engine pins --swap-space GiB of host memory per GPU; V1 ignores it.
         swap_space = p.vllm_swap_space if p.vllm_swap_space is not None else flags_for(p.vllm_version).default("--swap-space")
         pinned = int((swap_space or 0) * GIB) * tp
         low, high = low + pinned, high + pinned
@@ -685,11 +703,10 @@ def _engine_settings(p: HostProfile, spec: ModelSpec | None, sizing: VllmSizing 
 
     chunked = p.vllm_enable_chunked_prefill
     if chunked == "auto":
-        if max_model_len is None:
-            chunked = None
+        chunked = auto_chunked_prefill(max_model_len)
+        if chunked is None:
             found.warnings.append("vllm_enable_chunked_prefill auto: context length unknown, left to vLLM's default")
         else:
-            chunked = max_model_len > LONG_CONTEXT_TOKENS
             found.notes.append(
                 f"chunked prefill {'on' if chunked else 'off'}: context {max_model_len} tokens"
                 f" {'>' if chunked else '<='} {LONG_CONTEXT_TOKENS}"
@@ -697,18 +714,13 @@ def _engine_settings(p: HostProfile, spec: ModelSpec | None, sizing: VllmSizing 
 
     batched = p.vllm_max_num_batched_tokens
     if batched == "auto":
-        floor = seqs if isinstance(seqs, int) else 0
-        # From 0.8 the V1 engine always prefills in chunks unless told not to.
-        v1_chunks = chunked is None and parse_version(p.vllm_version)[:3] >= (0, 8, 0)
-        if chunked is True or v1_chunks:
-            batched = max(CHUNKED_PREFILL_BATCH_TOKENS, floor)
-            found.notes.append(f"max_num_batched_tokens {batched}: prompts are prefilled in chunks of this size")
-        elif max_model_len is not None:
-            batched = max(max_model_len, floor)
-            found.notes.append(f"max_num_batched_tokens {batched}: without chunked prefill a whole prompt fits one batch")
-        else:
-            batched = None
+        batched = auto_batched_tokens(chunked, p.vllm_version, max_model_len, floor=seqs if isinstance(seqs, int) else 0)
+        if batched is None:
             found.warnings.append("vllm_max_num_batched_tokens auto: context length unknown, left to vLLM's default")
+        elif prefills_in_chunks(chunked, p.vllm_version):
+            found.notes.append(f"max_num_batched_tokens {batched}: prompts are prefilled in chunks of this size")
+        else:
+            found.notes.append(f"max_num_batched_tokens {batched}: without chunked prefill a whole prompt fits one batch")
 
     return {
         "--tensor-parallel-size": p.vllm_tensor_parallel_size,

@@ -23,6 +23,10 @@ from typing import Any
 
 OLDEST_SUPPORTED = "0.4.3"
 
+# The V1 engine is the default from this release on: it prefills in chunks unless told not
+# to, ignores --swap-space, and sizes its batches by its own rules.
+V1_DEFAULT_FROM = (0, 8, 0)
+
 # Removals that happened between recorded releases: option -> first release without it.
 DOCUMENTED_REMOVALS = {"--swap-space": "0.18.0"}
 
@@ -72,6 +76,11 @@ def parse_version(text: str) -> tuple[int, int, int, int]:
 
 def _release(text: str) -> tuple[int, int, int]:
     return parse_version(text)[:3]
+
+
+def runs_v1_by_default(version: str) -> bool:
+    """True when `version` starts the V1 engine unless told otherwise."""
+    return _release(version) >= V1_DEFAULT_FROM
 
 
 @dataclass(frozen=True)
