@@ -54,7 +54,8 @@ from hostkit.plan.plans import (
 from hostkit.profile.host_profile import HostProfile, mask
 from hostkit.profile.sizes import GIB, MIB, format_size
 from hostkit.plan.swap_filesystems import reserve_bytes, swap_file_refusal
-from hostkit.vllm.flags import FlagError, flags_for, known_versions, parse_version, render_flags, runs_v1_by_default
+from hostkit.vllm.flags import (ENGINE_OPTIONS, FlagError, flags_for, known_versions, parse_version, render_flags,
+                                runs_v1_by_default)
 from hostkit.vllm.os_packages import needed_os_packages, package_source
 from hostkit.vllm.runtime import InstallTarget, driver_floor, driver_problem, mismatch_problem, release_matches
 from hostkit.units.vllm_unit import unit_notes
@@ -722,19 +723,9 @@ def _engine_settings(p: HostProfile, spec: ModelSpec | None, sizing: VllmSizing 
         else:
             found.notes.append(f"max_num_batched_tokens {batched}: without chunked prefill a whole prompt fits one batch")
 
-    return {
-        "--tensor-parallel-size": p.vllm_tensor_parallel_size,
-        "--gpu-memory-utilization": p.vllm_gpu_memory_utilization,
-        "--max-model-len": p.vllm_max_model_len,
-        "--max-num-seqs": seqs,
-        "--enable-chunked-prefill": chunked,
-        "--max-num-batched-tokens": batched,
-        "--dtype": p.vllm_dtype,
-        "--quantization": p.vllm_quantization,
-        "--kv-cache-dtype": p.vllm_kv_cache_dtype,
-        "--cpu-offload-gb": p.vllm_cpu_offload_gb,
-        "--swap-space": p.vllm_swap_space,
-    }
+    resolved = {"vllm_max_num_seqs": seqs, "vllm_enable_chunked_prefill": chunked,
+                "vllm_max_num_batched_tokens": batched}
+    return {option: resolved.get(key, getattr(p, key)) for key, option in ENGINE_OPTIONS.items()}
 
 
 def _cap_meaning(seqs: int, sizing: VllmSizing) -> str:

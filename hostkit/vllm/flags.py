@@ -30,14 +30,15 @@ V1_DEFAULT_FROM = (0, 8, 0)
 # Removals that happened between recorded releases: option -> first release without it.
 DOCUMENTED_REMOVALS = {"--swap-space": "0.18.0"}
 
-# The inventory keys that map to one engine option each (hostkit renders these itself).
+# The inventory keys that map to one engine option each (hostkit renders these itself), in
+# the order of the unit's ExecStart: a new order would restart every host's vLLM.
 ENGINE_OPTIONS: dict[str, str] = {
+    "vllm_tensor_parallel_size": "--tensor-parallel-size",
     "vllm_gpu_memory_utilization": "--gpu-memory-utilization",
-    "vllm_max_num_seqs": "--max-num-seqs",
     "vllm_max_model_len": "--max-model-len",
+    "vllm_max_num_seqs": "--max-num-seqs",
     "vllm_enable_chunked_prefill": "--enable-chunked-prefill",
     "vllm_max_num_batched_tokens": "--max-num-batched-tokens",
-    "vllm_tensor_parallel_size": "--tensor-parallel-size",
     "vllm_dtype": "--dtype",
     "vllm_quantization": "--quantization",
     "vllm_kv_cache_dtype": "--kv-cache-dtype",
