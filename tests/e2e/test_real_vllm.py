@@ -31,7 +31,7 @@ from tests.e2e.conftest import lab_data, lab_inventory
 from tests.e2e.test_doctor_smoke import forwarded, hostkit
 from tests.e2e.test_monitoring import api, prometheus
 from tests.e2e.vllm_unit import alive, serving, sh, show, unit_pids
-from tests.realvllm.lab_disk import MOUNT_DISK, disk_image, lab_tree
+from hostkit_lab.real_vllm.lab_disk import MOUNT_DISK, disk_image, lab_tree
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.lab

@@ -676,7 +676,7 @@ def test_verify_problems_refuse_warnings_about_our_unit_only():
 
 @pytest.fixture
 def installed_standin(tmp_path):
-    from tests.standin.install import standin_files
+    from hostkit_lab.standin.install import standin_files
 
     command = tmp_path / "opt" / "bin" / "vllm"
     for name, (content, mode) in standin_files("0.33.0", str(command)).items():
