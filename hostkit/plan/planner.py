@@ -38,9 +38,8 @@ from hostkit.vllm import model_catalog
 from hostkit.vllm.model_catalog import ModelConfigError, ModelSpec
 from hostkit.plan.planning_facts import FilesystemFact, GpuMemoryFact, NvmeDeviceFact, PlanningFacts
 from hostkit.plan.platform_findings import platform_findings
+from hostkit.paths import DEFAULT_CACHE_DIR, SWAP_FILE_NAME
 from hostkit.plan.plans import (
-    DEFAULT_CACHE_DIR,
-    SWAP_FILE_NAME,
     HostPlan,
     KernelPlan,
     MemoryTermPlan,

@@ -4,15 +4,9 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
+from hostkit.paths import DEFAULT_CACHE_DIR
 from hostkit.profile.host_profile import HostProfile
 
-SWAP_FILE_NAME = "vllm-hostkit.swap"
-VLLM_UNIT = "vllm.service"
-THP_UNIT = "vllm-hostkit-thp.service"
-SYSCTL_FILE = "/etc/sysctl.d/99-zz-vllm-hostkit.conf"
-VLLM_ENV_FILE = "/etc/vllm-hostkit/vllm.env"
-# vLLM's caches (Hugging Face, torch.compile) where the host has no NVMe mount for them.
-DEFAULT_CACHE_DIR = "/var/cache/vllm"
 # What a container's own host sets for it: a container shares its host's kernel (sysctl, THP,
 # swap) and sees only the disks its host gives it. The plan of a container leaves them out.
 HOST_SETTINGS = ("nvme", "swap", "sysctl", "thp")

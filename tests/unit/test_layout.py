@@ -26,3 +26,8 @@ def test_nothing_outside_tests_imports_tests():
         for module in imported_modules(path) if module == "tests" or module.startswith("tests.")
     )
     assert offenders == []
+
+
+def test_host_names_sit_at_the_bottom():
+    """hostkit.paths names units and files for every layer, so it may import none of them."""
+    assert {module for module in imported_modules(REPO / "hostkit" / "paths.py") if module.startswith("hostkit")} == set()
