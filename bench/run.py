@@ -5,7 +5,7 @@
     python bench/run.py --skip-ansible --skip-fleet   # hostkit alone, quicker
 
 What it measures, each on lab hosts (qemu TCG Debian 12 VMs, `hostkit_lab`) with the vLLM
-stand-in (tests/standin) installed at /opt/vllm/bin/vllm before any timing:
+stand-in (hostkit_lab/standin) installed at /opt/vllm/bin/vllm before any timing:
 
 - deploy: `pyinfra HOST deploys/vllm_host.py` and `ansible-playbook bench/ansible/vllm_host.yml`,
   a first run on a freshly booted host and then a no-op rerun, `--runs` rounds; each round
@@ -49,7 +49,7 @@ from bench.counting import (  # noqa: E402
 )
 from hostkit_lab import Lab, LabHost  # noqa: E402
 from hostkit.fleet.pyinfra_runner import run_pyinfra, write_inventory  # noqa: E402
-from tests.standin.install import install_standin  # noqa: E402
+from hostkit_lab.standin.install import install_standin  # noqa: E402
 
 DEPLOY = REPO / "deploys" / "vllm_host.py"
 ANSIBLE_DIR = REPO / "bench" / "ansible"

@@ -17,7 +17,8 @@ from hostkit.operations import (
     driver_hold, gpu, kernel, lock, monitoring, nvme_boot, swap, vllm_install, vllm_service, watchdog,
 )
 from hostkit.plan.planner import PlanError, plan_host
-from hostkit.plan.plans import NVME_UNIT, HostPlan
+from hostkit.paths import NVME_UNIT
+from hostkit.plan.plans import HostPlan
 from hostkit.profile.host_profile import HostProfile, ProfileError, validate_inventory
 
 _PROFILES_ATTR = "_hostkit_profiles"

@@ -1,6 +1,6 @@
 """The lab hosts started by `python -m hostkit_lab up` (connection data from .lab/lab.json).
 
-Lab hosts have no GPU and no internet: vLLM there is the lab stand-in (tests/standin),
+Lab hosts have no GPU and no internet: vLLM there is the lab stand-in (hostkit_lab/standin),
 installed by `make demo` and by the end-to-end tests, except on hosts named realvllm*
 (`make demo-real`), which hostkit gives real vLLM's CPU build (hostkit_lab/real_vllm.py).
 Everything else is real.

@@ -1,7 +1,7 @@
 """The main job (`make demo`): start a lab host, provision it, prove the result.
 
 1. `python -m hostkit_lab up` (unless a lab host is already up): a Debian VM with a blank NVMe disk.
-2. Install the lab stand-in for `vllm` (lab hosts have no GPU and no internet; see tests/standin).
+2. Install the lab stand-in for `vllm` (lab hosts have no GPU and no internet; see hostkit_lab/standin).
 3. `pyinfra inventories/lab.py deploys/vllm_host.py`: GPU check, NVMe + swap, sysctl, THP,
    the vLLM unit and its readiness gate.
 4. The same deploy again: it must report no changes.
@@ -10,7 +10,7 @@
 `--real` (`make demo-real`): the same on a container host named realvllm1 (systemd-nspawn,
 native speed; swap, sysctls and THP are its controller's) that gets real vLLM's CPU build
 instead of the stand-in, installed by the deploy itself (vllm_install) from a wheelhouse the
-lab builds once (tests/realvllm/lab_disk.py), and ends with a real completion.
+lab builds once (hostkit_lab/real_vllm/lab_disk.py), and ends with a real completion.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ sys.path.insert(0, str(REPO))
 
 from hostkit_lab import Lab, real_vllm  # noqa: E402
 from hostkit.fleet.pyinfra_runner import run_pyinfra  # noqa: E402
-from tests.standin.install import install_standin  # noqa: E402
+from hostkit_lab.standin.install import install_standin  # noqa: E402
 
 # The real deploy installs vLLM (about 15 min in a lab host) and starts it (about 10).
 REAL_DEPLOY_TIMEOUT_S = 3600
@@ -48,7 +48,7 @@ def main() -> int:
     if not hosts:
         started = time.monotonic()
         if real:
-            from tests.realvllm.lab_disk import lab_tree
+            from hostkit_lab.real_vllm.lab_disk import lab_tree
 
             step("Building the real-vLLM wheelhouse (cached: the wheels, their lock, a tiny model)")
             tree = lab_tree()

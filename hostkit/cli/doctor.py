@@ -8,7 +8,7 @@ import click
 
 from hostkit.cli.exit_codes import CONTRACT
 from hostkit.facts.deadline import NVIDIA_SMI_ENV, NVIDIA_SMI_S
-from hostkit.plan.plans import VLLM_UNIT
+from hostkit.paths import VLLM_UNIT
 
 
 @click.command(epilog=CONTRACT, help=f"""Find memory risks on vLLM hosts: swap, OOM kills, the unit's limit, GPU

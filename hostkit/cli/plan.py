@@ -19,17 +19,8 @@ from pydantic import ValidationError
 from hostkit.cli.exit_codes import CONTRACT, EXIT_OK, exit_status
 from hostkit.plan.planner import PlanError, masked_env, plan_host
 from hostkit.plan.planning_facts import PlanningFacts
-from hostkit.plan.plans import (
-    SYSCTL_FILE,
-    THP_UNIT,
-    VLLM_ENV_FILE,
-    VLLM_UNIT,
-    HostPlan,
-    VllmRuntimePlan,
-    VllmSizing,
-    left_to_host,
-    nvme_lifecycle,
-)
+from hostkit.paths import SYSCTL_FILE, THP_UNIT, VLLM_ENV_FILE, VLLM_UNIT
+from hostkit.plan.plans import HostPlan, VllmRuntimePlan, VllmSizing, left_to_host, nvme_lifecycle
 from hostkit.profile.host_profile import HostProfile, ProfileError, load_inventory, validate_inventory
 from hostkit.profile.sizes import format_size
 from hostkit.units.vllm_unit import service_environment

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from hostkit.plan.plans import VLLM_UNIT
+from hostkit.paths import VLLM_UNIT
 
 
 @click.command()

@@ -60,7 +60,7 @@ from hostkit.operations.watchdog import STATE_PATH as WATCHDOG_STATE
 from hostkit.operations.watchdog import WATCHDOG_UNIT
 from hostkit.monitoring import textfile_path
 from hostkit.monitoring.collector import unit_cgroup_path
-from hostkit.plan.plans import NVME_SETTINGS_FILE, NVME_UNIT, VLLM_UNIT
+from hostkit.paths import NVME_SETTINGS_FILE, NVME_UNIT, VLLM_UNIT
 from hostkit.profile.host_profile import HostProfile
 from hostkit.remote import host_file
 

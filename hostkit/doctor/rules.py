@@ -17,10 +17,11 @@ from hostkit.doctor.inputs import DoctorInputs
 from hostkit.facts.kernel_log import OomKill
 from hostkit.doctor.vllm_args import VllmSettings, effective_settings, removal_note
 from hostkit.plan.planner import CHUNKED_PREFILL_BATCH_TOKENS, LONG_CONTEXT_TOKENS
-from hostkit.plan.plans import NVME_UNIT, NvmePlan, SwapPlan, nvme_lifecycle
+from hostkit.paths import NVME_UNIT
+from hostkit.plan.plans import NvmePlan, SwapPlan, nvme_lifecycle
 from hostkit.profile.host_profile import HostProfile
 from hostkit.profile.sizes import GIB, format_size
-from hostkit.vllm.flags import FlagError, parse_version
+from hostkit.vllm.flags import FlagError, parse_version, runs_v1_by_default
 
 # Swap fill levels: above these the next burst has nowhere to go but the OOM killer.
 SWAP_WARNING_FRACTION = 0.80
@@ -38,8 +39,6 @@ UNIT_PEAK_PRESSURE_FRACTION = 0.90  # of MemoryMax
 HOST_PRESSURE_FRACTION = 0.80  # of RAM, when the unit has no limit
 SWAP_PRESSURE_FRACTION = 0.50
 SWAPPINESS_ADVICE = 10
-# V1 became the default engine in 0.8 and turns chunked prefill on by itself.
-V1_DEFAULT_FROM = (0, 8, 0)
 # Used when the installed release is unknown: vLLM's default before 0.20.
 ASSUMED_DEFAULT_UTILIZATION = 0.90
 
@@ -483,7 +482,7 @@ def _v1_default(version: str | None) -> bool:
     if not version:
         return True  # unknown: assume a current release
     try:
-        return parse_version(version)[:3] >= V1_DEFAULT_FROM
+        return runs_v1_by_default(version)
     except FlagError:
         return True
 

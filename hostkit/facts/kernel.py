@@ -42,7 +42,7 @@ from typing import Any
 from pyinfra.api import FactBase
 
 from hostkit.remote import host_file
-from hostkit.plan.plans import SYSCTL_FILE, THP_UNIT
+from hostkit.paths import SYSCTL_FILE, THP_UNIT
 
 # Highest precedence first, as systemd's CONF_PATHS("sysctl.d").
 SYSCTL_DIRS: tuple[str, ...] = (

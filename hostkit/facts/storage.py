@@ -18,7 +18,7 @@ from pyinfra.api import FactBase
 
 from hostkit.remote import host_file
 from hostkit.facts.parts import split_on_marker, to_int
-from hostkit.plan.plans import NVME_SETTINGS_FILE, NVME_UNIT, SWAP_FILE_NAME
+from hostkit.paths import NVME_SETTINGS_FILE, NVME_UNIT, SWAP_FILE_NAME
 from hostkit.profile.host_profile import value_or_default
 
 PART_MARKER = "%%hostkit-storage:"

@@ -17,11 +17,11 @@ from pyinfra.api import FactBase
 from hostkit.facts.deadline import TIMED_OUT, timed_out_lines
 from hostkit.facts.parts import to_int
 from hostkit.facts.systemctl_show import SHOW_FUNCTIONS, parse_show
-from hostkit.plan.plans import VLLM_ENV_FILE, VLLM_UNIT, VllmPlan
+from hostkit.paths import CONFIG_DIR, VLLM_ENV_FILE, VLLM_UNIT, VLLM_UNIT_PATH
+from hostkit.plan.plans import VllmPlan
 from hostkit.profile.host_profile import HostProfile
 from hostkit.remote import host_file
 from hostkit.vllm.readiness import Probe, probe_command
-from hostkit.units.vllm_unit import ENV_DIR, UNIT_PATH
 
 # cgroup v1 reports "no limit" as the largest page-aligned signed 64-bit value.
 _V1_UNLIMITED = 2**63 - 4096
@@ -68,7 +68,7 @@ class ModeAndOwnership:
 class VllmServiceState:
     target: ServiceTarget
     user_uid: int | None  # None: the service user does not exist
-    unit_sha256: str | None  # of UNIT_PATH; None: not installed
+    unit_sha256: str | None  # of VLLM_UNIT_PATH; None: not installed
     env_sha256: str | None
     env_stat: ModeAndOwnership | None
     env_dir_stat: ModeAndOwnership | None
@@ -140,9 +140,9 @@ class VllmServiceFact(FactBase):
             "hk_user": target.user,
             "hk_command": target.command,
             "hk_unit": VLLM_UNIT,
-            "hk_unit_path": UNIT_PATH,
+            "hk_unit_path": VLLM_UNIT_PATH,
             "hk_env_file": VLLM_ENV_FILE,
-            "hk_env_dir": ENV_DIR,
+            "hk_env_dir": CONFIG_DIR,
             "hk_properties": " ".join(_UNIT_PROPERTIES),
             "hk_timed_out": TIMED_OUT,
         }

@@ -63,7 +63,8 @@ from hostkit.facts.kernel import (
 )
 from hostkit.facts.snapshot import mark_changed, snapshot
 from hostkit.operations import callbacks
-from hostkit.plan.plans import SYSCTL_FILE, THP_UNIT, VLLM_UNIT, KernelPlan
+from hostkit.paths import SYSCTL_FILE, THP_UNIT, VLLM_UNIT
+from hostkit.plan.plans import KernelPlan
 
 THP_CHOICES = {
     "enabled": ("always", "madvise", "never"),

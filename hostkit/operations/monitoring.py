@@ -39,7 +39,7 @@ from hostkit.monitoring import (
     textfile_path,
 )
 from hostkit.operations.vllm_service import text_sha256
-from hostkit.plan.plans import NVME_SETTINGS_FILE, VLLM_UNIT
+from hostkit.paths import NVME_SETTINGS_FILE, VLLM_UNIT
 from hostkit.profile.host_profile import HostProfile
 from hostkit.vllm.readiness import probe_address
 

@@ -36,7 +36,8 @@ from hostkit.facts.storage import (
 from hostkit.operations.kernel import _install_file
 from hostkit.operations.swap import script, swap_deadline_s
 from hostkit.operations.vllm_service import text_sha256
-from hostkit.plan.plans import NVME_LABEL, NVME_SETTINGS_FILE, NVME_UNIT, VLLM_UNIT, NvmePlan, SwapPlan
+from hostkit.paths import NVME_LABEL, NVME_SETTINGS_FILE, NVME_UNIT, VLLM_UNIT
+from hostkit.plan.plans import NvmePlan, SwapPlan
 from hostkit.plan.swap_filesystems import FILL_METHODS, RESERVE_FRACTION, RESERVE_MIN_BYTES
 from hostkit.remote import host_file
 

@@ -51,7 +51,8 @@ from hostkit.remote import host_file
 from hostkit.facts.snapshot import mark_changed, snapshot
 from hostkit.facts.storage import SWAP_FILE_SELINUX_TYPE, TEMP_SUFFIX, FileStat, StorageInfo, is_under
 from hostkit.operations import callbacks
-from hostkit.plan.plans import NVME_LABEL, SWAP_FILE_NAME, NvmePlan, SwapPlan
+from hostkit.paths import NVME_LABEL, SWAP_FILE_NAME
+from hostkit.plan.plans import NvmePlan, SwapPlan
 from hostkit.profile.host_profile import value_or_default
 from hostkit.profile.sizes import GIB
 from hostkit.plan.swap_filesystems import FILL_METHODS, RESERVE_FRACTION, RESERVE_MIN_BYTES, swap_file_refusal

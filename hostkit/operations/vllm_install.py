@@ -37,7 +37,8 @@ from hostkit.facts.vllm_release import READ_S, VllmReleaseFact, VllmReleaseState
 from hostkit.plan.snapshot_facts import driver_version
 from hostkit.operations.callbacks import current_connector_arguments, fail_host
 from hostkit.operations.vllm_service import check_flags, wait_for_vllm
-from hostkit.plan.plans import VLLM_UNIT, VllmPlan
+from hostkit.paths import VLLM_UNIT, VLLM_UNIT_PATH
+from hostkit.plan.plans import VllmPlan
 from hostkit.vllm.os_packages import PACKAGE_TIMEOUT_S, OsPackage, needed_os_packages, package_source
 from hostkit.vllm.runtime import (
     PIP_TIMEOUT_S,
@@ -48,7 +49,6 @@ from hostkit.vllm.runtime import (
     release_matches,
     venvs_to_remove,
 )
-from hostkit.units.vllm_unit import UNIT_PATH
 
 SAVED_UNIT = ".vllm.service.before-switch"
 # The interpreter that makes the release venvs (each release runs on the host's python3).
@@ -134,14 +134,14 @@ def switch_command(target: InstallTarget, step: RuntimeStep) -> str:
     return host_script("vllm_switch.sh", {
         "hk_root": target.root,
         "hk_to": step.switch_to or target.venv,
-        "hk_unit": UNIT_PATH,
+        "hk_unit": VLLM_UNIT_PATH,
         "hk_unit_saved": f"{target.root}/{SAVED_UNIT}" if step.previous else "",
     }, list(step.remove))
 
 
 def rollback_command(root: str, previous: str, failed: str) -> str:
     return host_script("vllm_rollback.sh", {
-        "hk_root": root, "hk_to": previous, "hk_failed": failed, "hk_unit": UNIT_PATH,
+        "hk_root": root, "hk_to": previous, "hk_failed": failed, "hk_unit": VLLM_UNIT_PATH,
         "hk_unit_saved": f"{root}/{SAVED_UNIT}", "hk_service": VLLM_UNIT,
     })
 

@@ -55,13 +55,12 @@ from hostkit.facts.vllm_service import (
     VllmServiceState,
 )
 from hostkit.operations.callbacks import current_connector_arguments
-from hostkit.plan.plans import VLLM_ENV_FILE, VLLM_UNIT, VllmPlan
+from hostkit.paths import CONFIG_DIR, VLLM_ENV_FILE, VLLM_UNIT, VLLM_UNIT_PATH
+from hostkit.plan.plans import VllmPlan
 from hostkit.vllm.readiness import Observation, wait_until_ready
 from hostkit.units.changes import UnitChange, unit_change
 from hostkit.units.vllm_unit import (
-    ENV_DIR,
     HOME_DIR,
-    UNIT_PATH,
     VERIFY_DIR,
     VERIFY_PATH,
     UnitError,
@@ -401,7 +400,7 @@ def vllm_service(plan: VllmPlan, profile: Any = None):
     # script each (set -e: the first failing step fails the operation).
     preparing = [useradd_command(plan.user)] if changes.create_user else []
     if changes.fix_env_dir:
-        preparing.append(f"install -d -m 0700 -o root -g root {ENV_DIR}")
+        preparing.append(f"install -d -m 0700 -o root -g root {CONFIG_DIR}")
     if changes.install_unit:
         preparing.append(f"install -d -m 0755 {VERIFY_DIR}")
     if preparing:
@@ -414,14 +413,14 @@ def vllm_service(plan: VllmPlan, profile: Any = None):
     installing = []
     if changes.write_env:
         # The directory is root-only, so the file is private from the moment it exists.
-        staged = f"{ENV_DIR}/.vllm.env.new"
+        staged = f"{CONFIG_DIR}/.vllm.env.new"
         yield FileUploadCommand(StringIO(env_text), staged)
         installing.append(f"chown root:root {staged} && chmod 0600 {staged} && mv -f {staged} {VLLM_ENV_FILE}")
     if changes.fix_env_file:
         installing.append(f"chown root:root {VLLM_ENV_FILE} && chmod 0600 {VLLM_ENV_FILE}")
     if changes.install_unit:
-        staged = f"{UNIT_PATH.rsplit('/', 1)[0]}/.{VLLM_UNIT}.new"
-        installing.append(f"install -m 0644 -o root -g root {VERIFY_PATH} {staged} && mv -f {staged} {UNIT_PATH}")
+        staged = f"{VLLM_UNIT_PATH.rsplit('/', 1)[0]}/.{VLLM_UNIT}.new"
+        installing.append(f"install -m 0644 -o root -g root {VERIFY_PATH} {staged} && mv -f {staged} {VLLM_UNIT_PATH}")
     if changes.daemon_reload:
         installing.append("systemctl daemon-reload")
     if changes.live_limits and not changes.restart:

@@ -26,7 +26,8 @@ from hostkit.operations import lock
 from hostkit.facts.systemctl_show import SHOW_FUNCTIONS, parse_show
 from hostkit.operations.callbacks import current_connector_arguments
 from hostkit.operations.vllm_service import _log_lines, _script, text_sha256, verify_problems
-from hostkit.plan.plans import VLLM_UNIT, VllmPlan
+from hostkit.paths import VLLM_UNIT
+from hostkit.plan.plans import VllmPlan
 from hostkit.vllm.readiness import probe_address
 from hostkit.units.directives import fit_unit
 from hostkit.units.vllm_unit import VERIFY_DIR, exec_line

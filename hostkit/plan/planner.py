@@ -38,9 +38,8 @@ from hostkit.vllm import model_catalog
 from hostkit.vllm.model_catalog import ModelConfigError, ModelSpec
 from hostkit.plan.planning_facts import FilesystemFact, GpuMemoryFact, NvmeDeviceFact, PlanningFacts
 from hostkit.plan.platform_findings import platform_findings
+from hostkit.paths import DEFAULT_CACHE_DIR, SWAP_FILE_NAME
 from hostkit.plan.plans import (
-    DEFAULT_CACHE_DIR,
-    SWAP_FILE_NAME,
     HostPlan,
     KernelPlan,
     MemoryTermPlan,
@@ -56,7 +55,8 @@ from hostkit.plan.plans import (
 from hostkit.profile.host_profile import HostProfile, mask
 from hostkit.profile.sizes import GIB, MIB, format_size
 from hostkit.plan.swap_filesystems import reserve_bytes, swap_file_refusal
-from hostkit.vllm.flags import FlagError, flags_for, known_versions, parse_version, render_flags
+from hostkit.vllm.flags import (ENGINE_OPTIONS, FlagError, flags_for, known_versions, parse_version, render_flags,
+                                runs_v1_by_default)
 from hostkit.vllm.os_packages import needed_os_packages, package_source
 from hostkit.vllm.runtime import InstallTarget, driver_floor, driver_problem, mismatch_problem, release_matches
 from hostkit.units.vllm_unit import unit_notes
@@ -627,12 +627,30 @@ def _profiled_batch(p: HostProfile, max_model_len: int) -> tuple[bool | None, in
     "auto" resolved as _engine_settings does (None: left to vLLM)."""
     chunked = p.vllm_enable_chunked_prefill
     if chunked == "auto":
-        chunked = max_model_len > LONG_CONTEXT_TOKENS
+        chunked = auto_chunked_prefill(max_model_len)
     batched = p.vllm_max_num_batched_tokens
     if batched == "auto":
-        v1_chunks = chunked is None and parse_version(p.vllm_version)[:3] >= (0, 8, 0)
-        batched = CHUNKED_PREFILL_BATCH_TOKENS if (chunked is True or v1_chunks) else max_model_len
+        batched = auto_batched_tokens(chunked, p.vllm_version, max_model_len)
     return chunked, batched
+
+
+def auto_chunked_prefill(max_model_len: int | None) -> bool | None:
+    """vllm_enable_chunked_prefill "auto": on for long contexts; None (vLLM's default) when
+    the context length is unknown."""
+    return None if max_model_len is None else max_model_len > LONG_CONTEXT_TOKENS
+
+
+def prefills_in_chunks(chunked: bool | None, version: str) -> bool:
+    """Whether vLLM will prefill in chunks: asked to, or left to a V1 engine, which does."""
+    return chunked is True or (chunked is None and runs_v1_by_default(version))
+
+
+def auto_batched_tokens(chunked: bool | None, version: str, max_model_len: int | None, floor: int = 0) -> int | None:
+    """vllm_max_num_batched_tokens "auto": a chunk when prompts are prefilled in chunks, else
+    a whole prompt; at least `floor` (max_num_seqs); None when the context length is unknown."""
+    if prefills_in_chunks(chunked, version):
+        return max(CHUNKED_PREFILL_BATCH_TOKENS, floor)
+    return None if max_model_len is None else max(max_model_len, floor)
 
 
 def _gpu_holders(gpu: GpuMemoryFact) -> str:
@@ -651,8 +669,8 @@ def _check_host_ram(p: HostProfile, tp: int, memory_max: int | None, facts: Plan
     low = RAM_PER_GPU_PROCESS[0] * tp + RAM_FRONTEND[0]
     high = RAM_PER_GPU_PROCESS[1] * tp + RAM_FRONTEND[1]
     parts = [f"{tp} GPU process(es) and the frontend"]
-    if parse_version(p.vllm_version)[:3] < (0, 8, 0):
-        # The V0 engine pins --swap-space GiB of host memory per GPU; V1 (default from 0.8) ignores it.
+    if not runs_v1_by_default(p.vllm_version):
+        # The V0 engine pins --swap-space GiB of host memory per GPU; V1 ignores it.
         swap_space = p.vllm_swap_space if p.vllm_swap_space is not None else flags_for(p.vllm_version).default("--swap-space")
         pinned = int((swap_space or 0) * GIB) * tp
         low, high = low + pinned, high + pinned
@@ -706,11 +724,10 @@ def _engine_settings(p: HostProfile, spec: ModelSpec | None, sizing: VllmSizing 
 
     chunked = p.vllm_enable_chunked_prefill
     if chunked == "auto":
-        if max_model_len is None:
-            chunked = None
+        chunked = auto_chunked_prefill(max_model_len)
+        if chunked is None:
             found.warnings.append("vllm_enable_chunked_prefill auto: context length unknown, left to vLLM's default")
         else:
-            chunked = max_model_len > LONG_CONTEXT_TOKENS
             found.notes.append(
                 f"chunked prefill {'on' if chunked else 'off'}: context {max_model_len} tokens"
                 f" {'>' if chunked else '<='} {LONG_CONTEXT_TOKENS}"
@@ -718,32 +735,17 @@ def _engine_settings(p: HostProfile, spec: ModelSpec | None, sizing: VllmSizing 
 
     batched = p.vllm_max_num_batched_tokens
     if batched == "auto":
-        floor = seqs if isinstance(seqs, int) else 0
-        # From 0.8 the V1 engine always prefills in chunks unless told not to.
-        v1_chunks = chunked is None and parse_version(p.vllm_version)[:3] >= (0, 8, 0)
-        if chunked is True or v1_chunks:
-            batched = max(CHUNKED_PREFILL_BATCH_TOKENS, floor)
-            found.notes.append(f"max_num_batched_tokens {batched}: prompts are prefilled in chunks of this size")
-        elif max_model_len is not None:
-            batched = max(max_model_len, floor)
-            found.notes.append(f"max_num_batched_tokens {batched}: without chunked prefill a whole prompt fits one batch")
-        else:
-            batched = None
+        batched = auto_batched_tokens(chunked, p.vllm_version, max_model_len, floor=seqs if isinstance(seqs, int) else 0)
+        if batched is None:
             found.warnings.append("vllm_max_num_batched_tokens auto: context length unknown, left to vLLM's default")
+        elif prefills_in_chunks(chunked, p.vllm_version):
+            found.notes.append(f"max_num_batched_tokens {batched}: prompts are prefilled in chunks of this size")
+        else:
+            found.notes.append(f"max_num_batched_tokens {batched}: without chunked prefill a whole prompt fits one batch")
 
-    return {
-        "--tensor-parallel-size": p.vllm_tensor_parallel_size,
-        "--gpu-memory-utilization": p.vllm_gpu_memory_utilization,
-        "--max-model-len": p.vllm_max_model_len,
-        "--max-num-seqs": seqs,
-        "--enable-chunked-prefill": chunked,
-        "--max-num-batched-tokens": batched,
-        "--dtype": p.vllm_dtype,
-        "--quantization": p.vllm_quantization,
-        "--kv-cache-dtype": p.vllm_kv_cache_dtype,
-        "--cpu-offload-gb": p.vllm_cpu_offload_gb,
-        "--swap-space": p.vllm_swap_space,
-    }
+    resolved = {"vllm_max_num_seqs": seqs, "vllm_enable_chunked_prefill": chunked,
+                "vllm_max_num_batched_tokens": batched}
+    return {option: resolved.get(key, getattr(p, key)) for key, option in ENGINE_OPTIONS.items()}
 
 
 def _cap_meaning(seqs: int, sizing: VllmSizing) -> str:

@@ -4,23 +4,10 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
+from hostkit.paths import DEFAULT_CACHE_DIR, NVME_LABEL, NVME_UNIT
 from hostkit.profile.host_profile import HostProfile
 from hostkit.profile.sizes import format_size
 
-SWAP_FILE_NAME = "vllm-hostkit.swap"
-VLLM_UNIT = "vllm.service"
-THP_UNIT = "vllm-hostkit-thp.service"
-# The boot-time unit that finds nvme_device by its /dev/disk/by-id name, formats it when
-# blank, mounts it and re-creates the swap file under it (hostkit.operations.nvme_boot).
-NVME_UNIT = "vllm-hostkit-nvme.service"
-NVME_SETTINGS_FILE = "/etc/vllm-hostkit/nvme.conf"
-# hostkit's own filesystem on nvme_device, known by this label without fstab: 12 characters,
-# the most xfs allows (ext4: 16).
-NVME_LABEL = "vllm-hostkit"
-SYSCTL_FILE = "/etc/sysctl.d/99-zz-vllm-hostkit.conf"
-VLLM_ENV_FILE = "/etc/vllm-hostkit/vllm.env"
-# vLLM's caches (Hugging Face, torch.compile) where the host has no NVMe mount for them.
-DEFAULT_CACHE_DIR = "/var/cache/vllm"
 # What a container's own host sets for it: a container shares its host's kernel (sysctl, THP,
 # swap) and sees only the disks its host gives it. The plan of a container leaves them out.
 HOST_SETTINGS = ("nvme", "swap", "sysctl", "thp")

@@ -16,7 +16,7 @@ from hostkit.plan.planning_facts import (
     PlanningFacts,
     SwapFact,
 )
-from hostkit.plan.plans import VLLM_UNIT
+from hostkit.paths import VLLM_UNIT
 
 # Where systemd puts the unit's processes; hostkit's unit is a system service.
 VLLM_UNIT_CGROUP = unit_cgroup_path(VLLM_UNIT)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from hostkit.vllm.flags import V1_DEFAULT_FROM
 from hostkit.vllm.model_catalog import ModelSpec
 from hostkit.profile.sizes import GIB, KIB
 
@@ -87,7 +88,6 @@ V0_AUTO_CHUNKED_ABOVE = 32768
 CUDA_GRAPHS_PROFILED_FROM = (0, 21, 0)
 CUDA_GRAPHS_LARGE_GPU = int(1.03 * GIB)
 CUDA_GRAPHS_SMALLER_GPU = int(0.42 * GIB)
-V1_FROM = (0, 8, 0)
 BLOCK_SIZE = 16  # vLLM's default KV block size, in tokens
 
 
@@ -137,7 +137,7 @@ def driver_reserved(gpu_name: str) -> int:
 
 
 def _is_v1(s: EngineSettings) -> bool:
-    return s.release >= V1_FROM
+    return s.release >= V1_DEFAULT_FROM
 
 
 def _large_gpu_defaults(s: EngineSettings, gpu_seen_bytes: int) -> bool:

@@ -15,7 +15,7 @@ Exit status: 0 accepted; 2 rejected by argparse (vLLM's own exit status for an u
 or malformed option); 3 rejected by vLLM's checks around argparse (an exception);
 6 the CLI ended without reaching the dispatch function (an unexpected CLI layout).
 
-hostkit's lab stand-in for vLLM (tests/standin/) has the same CLI layout, so this script
+hostkit's lab stand-in for vLLM (hostkit_lab/standin/) has the same CLI layout, so this script
 checks it the same way. Python 3.8+ and the standard library only: it runs under the
 host's vLLM interpreter, not hostkit's.
 """

@@ -104,151 +104,186 @@ def run_rollout(
     none takes more than settings.max_unavailable of a model's hosts; `drainer` takes a
     batch's hosts out of service before its deploy and back after its gate.
     """
-    started = time.monotonic()
-    report = RolloutReport(
-        inventory=settings.inventory,
-        deploy=settings.deploy,
-        batches_spec=settings.batches_spec,
-        max_failed=str(settings.max_failed),
-        gate=settings.gate,
-        order_key=settings.order_key,
-        dry=settings.dry,
-        resumed_from=previous_path,
-        max_unavailable=str(settings.max_unavailable) if models is not None else None,
-    )
-    pending = list(ordered)
-    if previous is not None:
-        skipped, pending = resume_selection(previous, ordered)
-        for name in skipped:
-            record = previous.host(name)
-            record.previous_run = True
-            report.hosts.append(record)
-        if skipped:
-            progress(f"resume: {_plural(len(skipped), 'host')} already done, skipped: {', '.join(skipped)}")
-    report.hosts.extend(HostRecord(name) for name in pending)
+    rollout = _Rollout(settings, deploy_batch, gate, drainer, report_path, progress)
+    rollout.report.resumed_from = previous_path
+    rollout.report.max_unavailable = str(settings.max_unavailable) if models is not None else None
+    pending = rollout.resume(ordered, previous)
+    rollout.plan_batches(pending, models)
+    for batch in rollout.report.batches:
+        if not rollout.roll(batch):
+            return rollout.report
+    rollout.report.outcome = "planned" if settings.dry else "completed"
+    rollout.save()
+    return rollout.report
 
-    batches = split_batches(pending, settings.stages)
-    if models is not None:
-        batches = limit_unavailable(batches, models, settings.max_unavailable)
-    report.batches = [BatchRecord(index, hosts) for index, hosts in enumerate(batches, start=1)]
-    for record in report.batches:
-        for name in record.hosts:
-            report.host(name).batch = record.index
-    limit = settings.max_failed.limit(len(pending))
-    sizes = ", ".join(str(len(hosts)) for hosts in batches)
-    rules = "no gate, nothing changed" if settings.dry else f"gate {settings.gate}; max failed {limit}"
-    if models is not None:
-        rules += f"; at most {settings.max_unavailable} of a model's hosts at once"
-    progress(
-        f"{'dry run: ' if settings.dry else ''}{_plural(len(pending), 'host')} in {_plural(len(batches), 'batch')}"
-        f"{f' ({sizes})' if batches else ''}; {rules}"
-    )
 
-    def save() -> None:
-        report.seconds = round(time.monotonic() - started, 3)
-        if report_path is not None:
-            report.write(report_path)
+class _Rollout:
+    """One rollout's state: its report, kept current, and the steps a batch goes through."""
 
-    def step(name: str, what: str) -> None:
-        report.host(name).timeline.append([what, round(time.monotonic() - started, 3)])
+    def __init__(self, settings: RolloutSettings, deploy_batch: Deployer, gate: Gate | None, drainer: Drain | None,
+                 report_path: str | Path | None, progress: Callable[[str], None]):
+        self.settings, self.deploy_batch, self.gate, self.drainer = settings, deploy_batch, gate, drainer
+        self.report_path, self.progress = report_path, progress
+        self.started = time.monotonic()
+        self.failed_total = 0
+        self.limit = 0
+        self.report = RolloutReport(
+            inventory=settings.inventory, deploy=settings.deploy, batches_spec=settings.batches_spec,
+            max_failed=str(settings.max_failed), gate=settings.gate, order_key=settings.order_key, dry=settings.dry,
+        )
 
-    def fail(name: str, failure: str) -> None:
-        record = report.host(name)
+    def save(self) -> None:
+        self.report.seconds = round(time.monotonic() - self.started, 3)
+        if self.report_path is not None:
+            self.report.write(self.report_path)
+
+    def step(self, name: str, what: str) -> None:
+        self.report.host(name).timeline.append([what, round(time.monotonic() - self.started, 3)])
+
+    def fail(self, name: str, failure: str) -> None:
+        record = self.report.host(name)
         record.state, record.failure = FAILED, failure
 
-    save()
-    failed_total = 0
-    for batch in report.batches:
-        label = f"batch {batch.index}/{len(report.batches)}"
-        progress(f"{label}: {'planning' if settings.dry else 'deploying'} {_plural(len(batch.hosts), 'host')}: {', '.join(batch.hosts)}")
-        for name in batch.hosts:
-            report.host(name).state = IN_PROGRESS
-        save()
+    def failed(self, name: str) -> bool:
+        return self.report.host(name).state == FAILED
 
+    def resume(self, ordered: Sequence[str], previous: RolloutReport | None) -> list[str]:
+        """The hosts still to roll: all of `ordered`, less those `previous` finished."""
+        report = self.report
+        pending = list(ordered)
+        if previous is not None:
+            skipped, pending = resume_selection(previous, ordered)
+            for name in skipped:
+                record = previous.host(name)
+                record.previous_run = True
+                report.hosts.append(record)
+            if skipped:
+                self.progress(f"resume: {_plural(len(skipped), 'host')} already done, skipped: {', '.join(skipped)}")
+        report.hosts.extend(HostRecord(name) for name in pending)
+        return pending
+
+    def plan_batches(self, pending: list[str], models: Mapping[str, str | None] | None) -> None:
+        settings = self.settings
+        batches = split_batches(pending, settings.stages)
+        if models is not None:
+            batches = limit_unavailable(batches, models, settings.max_unavailable)
+        self.report.batches = [BatchRecord(index, hosts) for index, hosts in enumerate(batches, start=1)]
+        for record in self.report.batches:
+            for name in record.hosts:
+                self.report.host(name).batch = record.index
+        self.limit = settings.max_failed.limit(len(pending))
+        sizes = ", ".join(str(len(hosts)) for hosts in batches)
+        rules = "no gate, nothing changed" if settings.dry else f"gate {settings.gate}; max failed {self.limit}"
+        if models is not None:
+            rules += f"; at most {settings.max_unavailable} of a model's hosts at once"
+        self.progress(
+            f"{'dry run: ' if settings.dry else ''}{_plural(len(pending), 'host')} in {_plural(len(batches), 'batch')}"
+            f"{f' ({sizes})' if batches else ''}; {rules}"
+        )
+        self.save()
+
+    def roll(self, batch: BatchRecord) -> bool:
+        """Drain, deploy, gate and undrain one batch; False when the rollout halts after it."""
+        label = f"batch {batch.index}/{len(self.report.batches)}"
+        self.progress(f"{label}: {'planning' if self.settings.dry else 'deploying'} "
+                      f"{_plural(len(batch.hosts), 'host')}: {', '.join(batch.hosts)}")
+        for name in batch.hosts:
+            self.report.host(name).state = IN_PROGRESS
+        self.save()
         to_deploy = list(batch.hosts)
-        if drainer is not None and not settings.dry:
-            to_deploy = _drain(batch.hosts, drainer, report, step, fail, lambda line: progress(f"{label}: {line}"))
-            save()
-        for name in to_deploy:
-            step(name, "deploy")
-        deployed = deploy_batch(to_deploy, settings.dry) if to_deploy else BatchDeploy({}, 0.0)
+        if self.drainer is not None and not self.settings.dry:
+            to_deploy = _drain(batch.hosts, self.drainer, self.report, self.step, self.fail,
+                               lambda line: self.progress(f"{label}: {line}"))
+            self.save()
+        seconds = self.deploy(batch, to_deploy)
+        if self.settings.dry:
+            self.record_plans(batch)
+            return True
+        deployed_ok = [name for name in batch.hosts if not self.failed(name)]
+        changed = sum(1 for name in deployed_ok if self.report.host(name).changed)
+        self.progress(
+            f"{label}: deployed in {seconds:.1f}s: {changed}/{len(batch.hosts)} changed"
+            + "".join(f"; {name} FAILED: {self.report.host(name).failure}" for name in batch.hosts
+                      if name not in deployed_ok)
+        )
+        if self.gate is not None and deployed_ok:
+            self.run_gate(batch, deployed_ok, label)
+        if self.drainer is not None:
+            self.undrain(batch, label)
+        return self.settle(batch, label)
+
+    def deploy(self, batch: BatchRecord, names: list[str]) -> float:
+        for name in names:
+            self.step(name, "deploy")
+        deployed = self.deploy_batch(names, self.settings.dry) if names else BatchDeploy({}, 0.0)
         batch.deploy_seconds = deployed.seconds
-        for name in to_deploy:
-            record, result = report.host(name), deployed.hosts[name]
+        for name in names:
+            record, result = self.report.host(name), deployed.hosts[name]
             record.deploy_seconds = deployed.seconds
             record.changed, record.errors, record.would_change = result.changed, result.errors, result.would_change
             if not result.ok:
-                record.state, record.failure = FAILED, result.failure
+                self.fail(name, result.failure)
+        return deployed.seconds
 
-        if settings.dry:
-            batch.outcome = PLANNED
-            for name in batch.hosts:
-                record = report.host(name)
-                if record.state != FAILED:
-                    record.state = PLANNED
-                progress(f"  {name}: {_would_change_line(record)}")
-            save()
-            continue
+    def record_plans(self, batch: BatchRecord) -> None:
+        batch.outcome = PLANNED
+        for name in batch.hosts:
+            record = self.report.host(name)
+            if record.state != FAILED:
+                record.state = PLANNED
+            self.progress(f"  {name}: {_would_change_line(record)}")
+        self.save()
 
-        deployed_ok = [name for name in batch.hosts if report.host(name).state != FAILED]
-        changed = sum(1 for name in deployed_ok if report.host(name).changed)
-        progress(
-            f"{label}: deployed in {deployed.seconds:.1f}s: {changed}/{len(batch.hosts)} changed"
-            + "".join(f"; {name} FAILED: {report.host(name).failure}" for name in batch.hosts if name not in deployed_ok)
+    def run_gate(self, batch: BatchRecord, names: list[str], label: str) -> None:
+        for name in names:
+            self.step(name, "gate")
+        gate_started = time.monotonic()
+        gated = self.gate(names)
+        batch.gate_seconds = round(time.monotonic() - gate_started, 3)
+        for name in names:
+            record, result = self.report.host(name), gated[name]
+            record.gate, record.gate_seconds = result, result.seconds
+            if not result.passed:
+                self.fail(name, f"gate: {result.failure}")
+        passed = [name for name in names if not self.failed(name)]
+        self.progress(
+            f"{label}: gate {self.settings.gate} passed on {len(passed)}/{len(names)} in {batch.gate_seconds:.1f}s"
+            + "".join(f"; {name} FAILED {self.report.host(name).failure}" for name in names if name not in passed)
         )
 
-        if gate is not None and deployed_ok:
-            for name in deployed_ok:
-                step(name, "gate")
-            gate_started = time.monotonic()
-            gated = gate(deployed_ok)
-            batch.gate_seconds = round(time.monotonic() - gate_started, 3)
-            for name in deployed_ok:
-                record, result = report.host(name), gated[name]
-                record.gate, record.gate_seconds = result, result.seconds
-                if not result.passed:
-                    record.state, record.failure = FAILED, f"gate: {result.failure}"
-            passed = [name for name in deployed_ok if report.host(name).state != FAILED]
-            progress(
-                f"{label}: gate {settings.gate} passed on {len(passed)}/{len(deployed_ok)} in {batch.gate_seconds:.1f}s"
-                + "".join(f"; {name} FAILED {report.host(name).failure}" for name in deployed_ok if name not in passed)
-            )
+    def undrain(self, batch: BatchRecord, label: str) -> None:
+        drainer = self.drainer
+        back = [name for name in batch.hosts if not self.failed(name) and drainer.drains(name)]
+        undrained = drainer.undrain(back)
+        for name, check in undrained.items():
+            self.report.host(name).drain.append(check)
+            self.step(name, "undrain")
+            if not check.passed:
+                self.fail(name, f"undrain: {check.detail}")
+        if undrained:
+            self.progress(f"{label}: undrained " + ", ".join(
+                name if check.passed else f"{name} FAILED ({check.detail})" for name, check in undrained.items()))
+        kept = [name for name in batch.hosts if drainer.drains(name) and self.failed(name)
+                and not any(check.name == "undrain" for check in self.report.host(name).drain)]
+        if kept:
+            self.progress(f"{label}: left drained (failed after their drain): {', '.join(kept)}")
 
-        if drainer is not None:
-            back = [name for name in batch.hosts if report.host(name).state != FAILED and drainer.drains(name)]
-            undrained = drainer.undrain(back)
-            for name, check in undrained.items():
-                report.host(name).drain.append(check)
-                step(name, "undrain")
-                if not check.passed:
-                    fail(name, f"undrain: {check.detail}")
-            if undrained:
-                progress(f"{label}: undrained " + ", ".join(
-                    name if check.passed else f"{name} FAILED ({check.detail})" for name, check in undrained.items()))
-            kept = [name for name in batch.hosts if drainer.drains(name) and report.host(name).state == FAILED
-                    and not any(check.name == "undrain" for check in report.host(name).drain)]
-            if kept:
-                progress(f"{label}: left drained (failed after their drain): {', '.join(kept)}")
-
-        batch.failed = [name for name in batch.hosts if report.host(name).state == FAILED]
+    def settle(self, batch: BatchRecord, label: str) -> bool:
+        """The batch's outcome; False when it halts the rollout."""
+        batch.failed = [name for name in batch.hosts if self.failed(name)]
         for name in batch.hosts:
-            if report.host(name).state != FAILED:
-                report.host(name).state = DONE
-        failed_total += len(batch.failed)
-        reason = halt_reason(batch.hosts, batch.failed, failed_total, limit)
+            if not self.failed(name):
+                self.report.host(name).state = DONE
+        self.failed_total += len(batch.failed)
+        reason = halt_reason(batch.hosts, batch.failed, self.failed_total, self.limit)
         batch.outcome = "failed" if reason else "passed"
         if reason:
-            report.outcome = "halted"
-            report.halt_reason = f"{label}: {reason}"
-            untouched = report.names_in(UNTOUCHED)
-            progress(f"rollout halted after {label}: {reason}; {_plural(len(untouched), 'host')} left untouched")
-            save()
-            return report
-        save()
-
-    report.outcome = "planned" if settings.dry else "completed"
-    save()
-    return report
+            self.report.outcome = "halted"
+            self.report.halt_reason = f"{label}: {reason}"
+            untouched = self.report.names_in(UNTOUCHED)
+            self.progress(f"rollout halted after {label}: {reason}; {_plural(len(untouched), 'host')} left untouched")
+        self.save()
+        return reason is None
 
 
 def _drain(names: Sequence[str], drainer: Drain, report: RolloutReport, step: Callable[[str, str], None],

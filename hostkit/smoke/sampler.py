@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from hostkit.facts.kernel_log import KernelLog, oom_lines_command, parse_kernel_log
 from hostkit.facts.systemctl_show import SHOW_FUNCTIONS
-from hostkit.plan.plans import VLLM_UNIT
+from hostkit.paths import VLLM_UNIT
 
 INTERVAL_S = 0.5
 MAX_SAMPLES = 7200  # one hour at 0.5 s: the remote loop never outlives a forgotten run by much

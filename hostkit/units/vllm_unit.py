@@ -11,11 +11,10 @@ from __future__ import annotations
 import re
 
 from hostkit import templates
-from hostkit.plan.plans import VLLM_ENV_FILE, VLLM_UNIT, VllmPlan
+from hostkit.paths import VLLM_ENV_FILE, VLLM_UNIT
+from hostkit.plan.plans import VllmPlan
 from hostkit.units.directives import fit_unit
 
-UNIT_PATH = f"/etc/systemd/system/{VLLM_UNIT}"
-ENV_DIR = VLLM_ENV_FILE.rsplit("/", 1)[0]
 # Rendered units are checked here, under their real name, before they replace the installed one.
 VERIFY_DIR = "/run/vllm-hostkit/verify"
 VERIFY_PATH = f"{VERIFY_DIR}/{VLLM_UNIT}"

@@ -30,7 +30,7 @@ from hostkit.operations.nvme_boot import stale_files
 from hostkit.operations.swap import swap_fstab_line, swap_state
 from hostkit.operations.vllm_service import ENV_FILE_STAT, memory_limit_problem, text_sha256
 from hostkit.operations.watchdog import SCRIPT_PATH, WATCHDOG_UNIT, WATCHDOG_UNIT_PATH, watchdog_plan
-from hostkit.plan.plans import (
+from hostkit.paths import (
     NVME_LABEL,
     NVME_SETTINGS_FILE,
     NVME_UNIT,
@@ -38,19 +38,14 @@ from hostkit.plan.plans import (
     THP_UNIT,
     VLLM_ENV_FILE,
     VLLM_UNIT,
-    HostPlan,
-    KernelPlan,
-    NvmePlan,
-    SwapPlan,
-    VllmPlan,
-    left_to_host,
-    nvme_lifecycle,
+    VLLM_UNIT_PATH,
 )
+from hostkit.plan.plans import HostPlan, KernelPlan, NvmePlan, SwapPlan, VllmPlan, left_to_host, nvme_lifecycle
 from hostkit.profile.sizes import MIB, format_size
 from hostkit.facts.kernel_log import KernelLog
 from hostkit.verify.probes import Probes, VllmProcess
 from hostkit.vllm.runtime import InstallTarget, driver_floor, driver_problem, release_matches
-from hostkit.units.vllm_unit import UNIT_PATH, memory_directives, render_env, render_unit
+from hostkit.units.vllm_unit import memory_directives, render_env, render_unit
 
 # /proc/swaps leaves out the page mkswap writes its header to (4 KiB, 64 KiB on some arm64).
 SWAP_SIZE_TOLERANCE = 1 * MIB
@@ -338,7 +333,7 @@ def vllm_checks(plan: VllmPlan, service: Any, probes: Probes, host: str) -> list
     actual = file_state + ("" if loaded else ", changed on disk since systemd loaded it")
     actual += f"; drop-ins: {' '.join(drop_ins)}" if drop_ins else ""
     results.append(_check("vllm", "unit file", file_state == "as rendered" and loaded,
-                          f"{UNIT_PATH} as hostkit renders it from the plan, and loaded", actual, redeploy(host)))
+                          f"{VLLM_UNIT_PATH} as hostkit renders it from the plan, and loaded", actual, redeploy(host)))
 
     env_ok = service.env_sha256 == text_sha256(render_env(plan))
     stat = service.env_stat

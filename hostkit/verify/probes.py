@@ -26,7 +26,8 @@ from hostkit.facts.kernel_log import KILL_LINES, KernelLog, kernel_log_command, 
 from hostkit.facts.parts import parse_int, split_on_marker
 from hostkit.facts.systemctl_show import SHOW_FUNCTIONS, parse_show
 from hostkit.operations.watchdog import WatchdogFact, WatchdogState
-from hostkit.plan.plans import VLLM_UNIT, VllmPlan
+from hostkit.paths import VLLM_UNIT
+from hostkit.plan.plans import VllmPlan
 from hostkit.vllm.readiness import Probe
 from hostkit.vllm.readiness import probe_command as readiness_probe_command
 

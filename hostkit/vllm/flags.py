@@ -23,17 +23,22 @@ from typing import Any
 
 OLDEST_SUPPORTED = "0.4.3"
 
+# The V1 engine is the default from this release on: it prefills in chunks unless told not
+# to, ignores --swap-space, and sizes its batches by its own rules.
+V1_DEFAULT_FROM = (0, 8, 0)
+
 # Removals that happened between recorded releases: option -> first release without it.
 DOCUMENTED_REMOVALS = {"--swap-space": "0.18.0"}
 
-# The inventory keys that map to one engine option each (hostkit renders these itself).
+# The inventory keys that map to one engine option each (hostkit renders these itself), in
+# the order of the unit's ExecStart: a new order would restart every host's vLLM.
 ENGINE_OPTIONS: dict[str, str] = {
+    "vllm_tensor_parallel_size": "--tensor-parallel-size",
     "vllm_gpu_memory_utilization": "--gpu-memory-utilization",
-    "vllm_max_num_seqs": "--max-num-seqs",
     "vllm_max_model_len": "--max-model-len",
+    "vllm_max_num_seqs": "--max-num-seqs",
     "vllm_enable_chunked_prefill": "--enable-chunked-prefill",
     "vllm_max_num_batched_tokens": "--max-num-batched-tokens",
-    "vllm_tensor_parallel_size": "--tensor-parallel-size",
     "vllm_dtype": "--dtype",
     "vllm_quantization": "--quantization",
     "vllm_kv_cache_dtype": "--kv-cache-dtype",
@@ -72,6 +77,11 @@ def parse_version(text: str) -> tuple[int, int, int, int]:
 
 def _release(text: str) -> tuple[int, int, int]:
     return parse_version(text)[:3]
+
+
+def runs_v1_by_default(version: str) -> bool:
+    """True when `version` starts the V1 engine unless told otherwise."""
+    return _release(version) >= V1_DEFAULT_FROM
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from hostkit.remote import host_file
 from hostkit.facts.platform import PLATFORM_PYTHON
-from hostkit.plan.plans import VLLM_ENV_FILE
+from hostkit.paths import VLLM_ENV_FILE
 
 PROBE_TIMEOUT_S = 5
 

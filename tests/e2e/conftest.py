@@ -32,7 +32,7 @@ from _pytest.mark.expression import Expression
 from hostkit_lab import Lab, LabHost
 from hostkit.fleet.pyinfra_runner import PyinfraRun, run_pyinfra, write_inventory
 from tests.e2e import lanes
-from tests.standin.install import install_standin
+from hostkit_lab.standin.install import install_standin
 
 REPO = Path(__file__).resolve().parents[2]
 MAIN_DEPLOY = REPO / "deploys" / "vllm_host.py"

@@ -36,7 +36,7 @@ from xml.etree import ElementTree
 import pytest
 
 from tests.e2e.conftest import lab_data, lab_inventory
-from tests.standin.install import install_standin
+from hostkit_lab.standin.install import install_standin
 
 pytestmark = pytest.mark.lab
 HOST_KIND = "container"

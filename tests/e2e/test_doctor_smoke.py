@@ -1,5 +1,5 @@
 """`hostkit doctor` and `hostkit smoke` against a lab host provisioned by the main deploy,
-serving the vLLM stand-in (tests/standin) through an ssh port-forward.
+serving the vLLM stand-in (hostkit_lab/standin) through an ssh port-forward.
 
 On the shared `main_host` (boots are slow under qemu TCG), after a deploy of this module's
 data: a clean doctor run, a clean smoke run, then a smoke run during which a separate process on the host pushes memory into swap,

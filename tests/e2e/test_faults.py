@@ -20,7 +20,7 @@ import pytest
 from hostkit.vllm.readiness import Probe, probe_command
 from tests.e2e.conftest import MAIN_DEPLOY, REPO, lab_inventory
 from tests.e2e.lab_shell import sh
-from tests.standin.install import install_standin
+from hostkit_lab.standin.install import install_standin
 from tests.waiting import wait_for
 
 SWAP = "/mnt/nvme/vllm-hostkit.swap"

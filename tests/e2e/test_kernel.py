@@ -12,7 +12,8 @@ import pytest
 
 from hostkit.facts.kernel import KernelFact, KernelState
 from hostkit.verify.checks import kernel_checks
-from hostkit.plan.plans import SYSCTL_FILE, THP_UNIT, KernelPlan
+from hostkit.paths import SYSCTL_FILE, THP_UNIT
+from hostkit.plan.plans import KernelPlan
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 

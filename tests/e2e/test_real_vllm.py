@@ -31,7 +31,7 @@ from tests.e2e.conftest import lab_data, lab_inventory
 from tests.e2e.test_doctor_smoke import forwarded, hostkit
 from tests.e2e.test_monitoring import api, prometheus
 from tests.e2e.vllm_unit import alive, serving, sh, show, unit_pids
-from tests.realvllm.lab_disk import MOUNT_DISK, disk_image, lab_tree
+from hostkit_lab.real_vllm.lab_disk import MOUNT_DISK, disk_image, lab_tree
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.lab
@@ -225,7 +225,8 @@ def test_an_oom_kill_in_the_unit_stops_it_and_it_serves_again_by_itself(real_hos
     squeezed = time.monotonic()
     # The kernel reclaims, then OOM-kills inside the write; the writer's exit status is beside the point.
     real_host.ssh(f"echo {anon // 2} > {group}/memory.max", timeout=300)
-    kernel = wait_for(lambda: (log := sh(real_host, "dmesg")) if "oom_memcg=/system.slice/vllm.service" in log
+    # The condition is evaluated first, so the kernel log is read there.
+    kernel = wait_for(lambda: log if "oom_memcg=/system.slice/vllm.service" in (log := sh(real_host, "dmesg"))
                       else None, 300, "the OOM kill in the unit's cgroup", interval=2)
     killed = re.findall(r"Killed process \d+ \(([^)]+)\)", kernel)
     assert killed and not re.search(r"\] Out of memory: Killed process", kernel), kernel[-3000:]

@@ -20,7 +20,7 @@ import pytest
 
 from hostkit.fleet.pyinfra_runner import run_pyinfra
 from tests.e2e.conftest import FLEET_DATA, MAIN_DEPLOY, REPO, lab_inventory
-from tests.standin.install import install_standin
+from hostkit_lab.standin.install import install_standin
 
 pytestmark = pytest.mark.lab
 HOST_KIND = "container"

@@ -12,7 +12,7 @@ import re
 import pytest
 
 from tests.e2e.lab_shell import assert_root_owned, sh
-from tests.standin.install import install_standin
+from hostkit_lab.standin.install import install_standin
 
 
 SECRET = "e2e-security-secret-8c1f"

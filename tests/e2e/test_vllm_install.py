@@ -1,6 +1,6 @@
 """hostkit installs, upgrades and rolls back vLLM itself (vllm_install), on a real lab host.
 
-The releases are wheels of the vLLM STAND-IN as the distribution `vllm` (tests/standin/wheel.py),
+The releases are wheels of the vLLM STAND-IN as the distribution `vllm` (hostkit_lab/standin/wheel.py),
 at releases whose flag sets differ as the real ones do (0.17.1 spells chunked prefill off
 `--no-enable-chunked-prefill`, 0.33.0 `--disable-chunked-prefill`), plus a 0.33.1 that fails to
 start. They are served from a wheelhouse directory copied to the host, with no index; the host
@@ -19,7 +19,7 @@ import pytest
 
 from hostkit.vllm.readiness import Probe, probe_command
 from tests.e2e.lab_shell import sh
-from tests.standin.wheel import standin_wheel
+from hostkit_lab.standin.wheel import standin_wheel
 
 pytestmark = pytest.mark.lab
 HOST_KIND = "container"

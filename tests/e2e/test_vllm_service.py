@@ -22,7 +22,7 @@ import pytest
 from hostkit.vllm.readiness import Probe, probe_command
 from tests.e2e.conftest import RELEASE_HOSTS, release_host
 from tests.e2e.lab_shell import sh
-from tests.standin.install import install_standin
+from hostkit_lab.standin.install import install_standin
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.lab

@@ -18,7 +18,7 @@ import pytest
 from hostkit.doctor.gather import doctor_command, parse_doctor_output
 from hostkit.doctor.rules import diagnose
 from tests.e2e.vllm_unit import alive, serving, sh, show, unit_pids
-from tests.standin.install import install_standin
+from hostkit_lab.standin.install import install_standin
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.lab

@@ -1,7 +1,7 @@
 """Real vLLM (the CPU build, 0.32) started natively on this machine, once for the session.
 
 What hostkit assumes about vLLM is checked here against the real server, and the same
-behavioural checks run against the lab's stand-in (tests/standin) in test_conformance.py.
+behavioural checks run against the lab's stand-in (hostkit_lab/standin) in test_conformance.py.
 The venv comes from a cached wheelhouse (wheelhouse.py), the model is made locally
 (tiny_model.py), the server is started through hostkit's `vllm` entry for distributions not
 named `vllm` (hostkit/remote/vllm_cli.py) with flags rendered by hostkit/vllm/flags.py. Logs and
@@ -21,8 +21,8 @@ import pytest
 from hostkit.vllm.flags import render_flags
 from tests.realvllm import server as srv
 from tests.net import free_port
-from tests.realvllm import tiny_model, wheelhouse
-from tests.standin.install import standin_files
+from hostkit_lab.real_vllm import tiny_model, wheelhouse
+from hostkit_lab.standin.install import standin_files
 
 REPO = Path(__file__).resolve().parents[2]
 REPORTS = REPO / "reports" / "realvllm"

@@ -1,7 +1,7 @@
 """What hostkit relies on in vLLM's behaviour, checked against real vLLM 0.32 and the stand-in.
 
 Each test states the real server's behaviour; the same assertions run against
-tests/standin/vllm_standin.py, so the stand-in cannot drift from what was measured.
+hostkit_lab/standin/vllm_standin.py, so the stand-in cannot drift from what was measured.
 """
 
 from __future__ import annotations

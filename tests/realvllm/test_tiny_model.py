@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 
-from tests.realvllm import tiny_model
+from hostkit_lab.real_vllm import tiny_model
 
 
 def _digests(directory):

@@ -18,7 +18,7 @@ from hostkit.facts.kernel import (
     sysctl_path,
 )
 from hostkit.facts.snapshot import SECTIONS, parse_sections, MARKER
-from hostkit.plan.plans import SYSCTL_FILE
+from hostkit.paths import SYSCTL_FILE
 
 FIXTURES = Path(__file__).parent / "fixtures" / "kernel"
 

@@ -24,7 +24,8 @@ from hostkit.facts.kernel import (
 )
 from hostkit.facts.system import SystemFact
 from hostkit.operations import kernel
-from hostkit.plan.plans import SYSCTL_FILE, KernelPlan
+from hostkit.paths import SYSCTL_FILE
+from hostkit.plan.plans import KernelPlan
 from hostkit.verify.checks import kernel_checks
 from tests.unit.op_host import OpHost, refusal_text
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from tests.standin.vllm_standin import metrics
+from hostkit_lab.standin.vllm_standin import metrics
 
 FIXTURES = Path(__file__).parent / "fixtures" / "vllm"
 

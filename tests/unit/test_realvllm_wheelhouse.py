@@ -1,10 +1,10 @@
-"""The real-vLLM wheelhouse's pure parts (tests/realvllm/wheelhouse.py): the lock, its key, completeness."""
+"""The real-vLLM wheelhouse's pure parts (hostkit_lab/real_vllm/wheelhouse.py): the lock, its key, completeness."""
 
 from __future__ import annotations
 
 import pytest
 
-from tests.realvllm import wheelhouse
+from hostkit_lab.real_vllm import wheelhouse
 
 
 def test_the_lock_pins_everything_and_leaves_out_what_breaks_beside_the_cpu_torch():

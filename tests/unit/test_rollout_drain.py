@@ -20,7 +20,7 @@ from hostkit.rollout.idle import running_requests, wait_idle
 from hostkit.rollout.report import GateCheck, read_report
 from test_rollout_engine import FakeFleet
 
-# The stand-in's /metrics while it serves one request (tests/standin/vllm_standin.py), and
+# The stand-in's /metrics while it serves one request (hostkit_lab/standin/vllm_standin.py), and
 # vLLM's own form with labels, one series per engine.
 STANDIN_METRICS = """# HELP vllm:num_requests_running Number of requests running.
 # TYPE vllm:num_requests_running gauge

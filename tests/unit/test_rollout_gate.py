@@ -1,4 +1,4 @@
-"""The health gate against the lab's vLLM stand-in (tests/standin), run on loopback."""
+"""The health gate against the lab's vLLM stand-in (hostkit_lab/standin), run on loopback."""
 
 import json
 import os
@@ -27,7 +27,7 @@ def standin():
     env = {**os.environ, "VLLM_STANDIN_VERSION": "0.33.0", "VLLM_STANDIN_LOAD_SECONDS": "0",
            "VLLM_API_KEY": KEY, "PYTHONPATH": str(REPO)}
     server = subprocess.Popen(
-        [sys.executable, str(REPO / "tests" / "standin" / "vllm_standin.py"), "serve", MODEL,
+        [sys.executable, str(REPO / "hostkit_lab" / "standin" / "vllm_standin.py"), "serve", MODEL,
          "--host", "127.0.0.1", "--port", str(port)],
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )

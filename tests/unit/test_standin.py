@@ -1,4 +1,4 @@
-"""The lab's vLLM stand-in (tests/standin): its flag parsing against real vLLM parsers'
+"""The lab's vLLM stand-in (hostkit_lab/standin): its flag parsing against real vLLM parsers'
 recorded verdicts, and its HTTP behaviour. Runs here, installed into a temporary prefix
 with the same layout as on a lab host."""
 
@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from hostkit.vllm.readiness import Probe, probe_command
-from tests.standin.install import standin_archive, standin_files
+from hostkit_lab.standin.install import standin_archive, standin_files
 from tests.net import free_port
 
 FIXTURES = Path(__file__).parent / "fixtures" / "vllm"

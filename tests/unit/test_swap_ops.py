@@ -29,7 +29,8 @@ from hostkit.facts.storage import (
     SwapArea,
 )
 from hostkit.operations import swap
-from hostkit.plan.plans import NVME_LABEL, NvmePlan, SwapPlan
+from hostkit.paths import NVME_LABEL
+from hostkit.plan.plans import NvmePlan, SwapPlan
 from hostkit.plan.swap_filesystems import reserve_bytes
 from hostkit.verify.checks import swap_checks
 from tests.unit.op_host import OpHost, refusal_text

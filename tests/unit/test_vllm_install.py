@@ -223,9 +223,9 @@ def test_without_ensurepip_pip_comes_from_a_pip_wheel_in_the_wheelhouse(tmp_path
 
 
 def test_the_standin_wheel_installs_and_runs_through_hostkits_entry_point(tmp_path):
-    """tests/standin/wheel.py, as the lab test installs it: pip from a wheelhouse with no index,
+    """hostkit_lab/standin/wheel.py, as the lab test installs it: pip from a wheelhouse with no index,
     then vLLM's CLI layout through bin/hostkit-vllm, checked by hostkit's parse check."""
-    from tests.standin.wheel import standin_wheel
+    from hostkit_lab.standin.wheel import standin_wheel
 
     house = tmp_path / "house"
     house.mkdir()

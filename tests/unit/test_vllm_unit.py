@@ -27,10 +27,10 @@ from hostkit.facts.vllm_service import (
     VllmServiceState,
 )
 from hostkit.operations import vllm_service as ops
-from hostkit.plan.plans import VLLM_ENV_FILE, VllmPlan
+from hostkit.paths import VLLM_ENV_FILE, VLLM_UNIT_PATH
+from hostkit.plan.plans import VllmPlan
 from hostkit.vllm.readiness import Observation, Probe, probe_address, wait_until_ready
 from hostkit.units.vllm_unit import (
-    UNIT_PATH,
     VERIFY_PATH,
     UnitError,
     config_word,
@@ -424,7 +424,7 @@ def test_fresh_install_checks_before_it_installs_in_four_commands_and_two_upload
     assert isinstance(env_upload, FileUploadCommand) and env_upload.dest.endswith("/.vllm.env.new")
     installed = steps(installing)
     assert "mv -f /etc/vllm-hostkit/.vllm.env.new /etc/vllm-hostkit/vllm.env" in installed[0]
-    assert UNIT_PATH in installed[1] and "install -m 0644" in installed[1]
+    assert VLLM_UNIT_PATH in installed[1] and "install -m 0644" in installed[1]
     assert installed[2:] == ["systemctl daemon-reload", "systemctl enable vllm.service",
                              "systemctl reset-failed vllm.service", "systemctl restart vllm.service"]
 
@@ -676,7 +676,7 @@ def test_verify_problems_refuse_warnings_about_our_unit_only():
 
 @pytest.fixture
 def installed_standin(tmp_path):
-    from tests.standin.install import standin_files
+    from hostkit_lab.standin.install import standin_files
 
     command = tmp_path / "opt" / "bin" / "vllm"
     for name, (content, mode) in standin_files("0.33.0", str(command)).items():

@@ -1,8 +1,8 @@
 """Record a run as evidence in reports/, from the run's own outputs.
 
-    python3 scripts/record_run.py --log ci.log --junit reports/e2e.xml [--junit reports/realvllm.xml]
+    python3 tests/record_run.py --log ci.log --junit reports/e2e.xml [--junit reports/realvllm.xml]
         --command "bash .ci/run" --note "clean clone, HOME empty, qemu/mmdebstrap/nspawn removed"
-    python3 scripts/record_run.py --device-log run.log --command "bash scripts/h200_self_check.sh"
+    python3 tests/record_run.py --device-log run.log --command "bash scripts/h200_self_check.sh"
         --note "the device tool's nvidia-h200"
 
 A `make test` run becomes reports/ci-run-DATE-COMMIT.json:

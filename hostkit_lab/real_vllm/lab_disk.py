@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 from hostkit_lab.real_vllm import DISK_MOUNT, MODEL_DIR
-from tests.realvllm import tiny_model, wheelhouse
+from hostkit_lab.real_vllm import tiny_model, wheelhouse
 
 SLACK_BYTES = 256 * 2**20
 BUILD_TIMEOUT_S = 600

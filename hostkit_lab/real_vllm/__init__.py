@@ -1,6 +1,6 @@
 """Lab hosts that serve real vLLM (its CPU build, 0.32) instead of the stand-in.
 
-Such a host boots with a read-only disk (built by tests/realvllm/lab_disk.py) mounted at
+Such a host boots with a read-only disk (built by hostkit_lab/real_vllm/lab_disk.py) mounted at
 DISK_MOUNT: the wheelhouse, its lock, a pip wheel, the tiny model and libnuma1's deb. hostkit's
 own vllm_install then installs vLLM from it with no index, as on an air-gapped fleet.
 """

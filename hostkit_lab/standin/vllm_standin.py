@@ -7,7 +7,7 @@ library alone. It imitates what hostkit relies on:
 
 - `vllm serve [MODEL] [FLAGS]` parses the flags of one vLLM release with hostkit's own flag
   data (hostkit/vllm/flags.py and hostkit/vllm/flags.json, copied next to it by
-  tests/standin/install.py), and exits 2 on an option that release lacks, as vLLM does. Its
+  hostkit_lab/standin/install.py), and exits 2 on an option that release lacks, as vLLM does. Its
   CLI has vLLM's layout (a `serve` subparser whose `dispatch_function` default serves), so
   hostkit's parse-only check (hostkit/remote/vllm_parse_check.py) checks it the same way;
 - it "loads" for a few seconds without binding its port (so /health refuses connections,

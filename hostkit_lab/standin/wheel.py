@@ -1,12 +1,12 @@
 """The vLLM STAND-IN packaged as a wheel of the distribution `vllm`, for hostkit's own vLLM
 install (vllm_install) in the lab: pip installs it into a release venv like a real vLLM.
 
-    from tests.standin.wheel import standin_wheel
+    from hostkit_lab.standin.wheel import standin_wheel
     standin_wheel(wheelhouse, "0.33.0")               # vllm-0.33.0-py3-none-any.whl
     standin_wheel(wheelhouse, "0.33.1", crash=True)   # a release that fails to start
 
 The wheel has vLLM's CLI module, `vllm.entrypoints.cli.main:main` (what hostkit's entry
-point, hostkit/remote/vllm_cli.py, runs), which runs tests/standin/vllm_standin.py with the flag
+point, hostkit/remote/vllm_cli.py, runs), which runs hostkit_lab/standin/vllm_standin.py with the flag
 data of its release beside it. `crash=True` makes the server exit 1 while loading
 (VLLM_STANDIN_CRASH), after its parser has accepted the flags, as a broken release would.
 """
@@ -17,7 +17,7 @@ import json
 import zipfile
 from pathlib import Path
 
-from tests.standin.install import standin_files
+from hostkit_lab.standin.install import standin_files
 
 CLI_MAIN = Path(__file__).with_name("wheel_cli_main.py")
 

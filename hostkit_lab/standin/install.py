@@ -1,11 +1,11 @@
 """Install the vLLM STAND-IN (not vLLM) on a lab host, where the real vLLM would be.
 
-    from tests.standin.install import install_standin
+    from hostkit_lab.standin.install import install_standin
     install_standin(lab_host)                      # /opt/vllm/bin/vllm, vLLM 0.33.0 flags
     install_standin(lab_host, version="0.17.1")    # another release's flags
 
 Layout on the host (the stand-in finds its library relative to itself):
-    /opt/vllm/bin/vllm                                  tests/standin/vllm_standin.py
+    /opt/vllm/bin/vllm                                  hostkit_lab/standin/vllm_standin.py
     /opt/vllm/lib/vllm-standin/standin.json             {"version": ...}
     /opt/vllm/lib/vllm-standin/hostkit/vllm/flags.py    hostkit's flag logic and data,
     /opt/vllm/lib/vllm-standin/hostkit/vllm/flags.json  copied unchanged

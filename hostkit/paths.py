@@ -1,0 +1,24 @@
+"""The names hostkit gives things on a host: units, files and directories.
+
+At the bottom of the package: every layer may import it, and it imports nothing, so a
+fact, a unit file and the planner name a path the same way without reaching up to another.
+"""
+
+from __future__ import annotations
+
+VLLM_UNIT = "vllm.service"
+VLLM_UNIT_PATH = f"/etc/systemd/system/{VLLM_UNIT}"
+THP_UNIT = "vllm-hostkit-thp.service"
+SWAP_FILE_NAME = "vllm-hostkit.swap"
+# The boot-time unit that finds nvme_device by its /dev/disk/by-id name, formats it when
+# blank, mounts it and re-creates the swap file under it (hostkit.operations.nvme_boot).
+NVME_UNIT = "vllm-hostkit-nvme.service"
+SYSCTL_FILE = "/etc/sysctl.d/99-zz-vllm-hostkit.conf"
+CONFIG_DIR = "/etc/vllm-hostkit"
+VLLM_ENV_FILE = f"{CONFIG_DIR}/vllm.env"
+NVME_SETTINGS_FILE = f"{CONFIG_DIR}/nvme.conf"
+# hostkit's own filesystem on nvme_device, known by this label without fstab: 12 characters,
+# the most xfs allows (ext4: 16).
+NVME_LABEL = "vllm-hostkit"
+# vLLM's caches (Hugging Face, torch.compile) where the host has no NVMe mount for them.
+DEFAULT_CACHE_DIR = "/var/cache/vllm"
