@@ -249,9 +249,12 @@ def nvme_steps(plan: NvmePlan, storage: StorageInfo) -> list[str]:
     device_mounts = sorted({m for d in family for m in d.mountpoints})
     mounted_here = storage.filesystem_at(plan.mount)
 
-    if plan.mount in device_mounts:
-        holder = next(d for d in family if plan.mount in d.mountpoints)
-        if holder.path != real:
+    # lsblk's mount points and findmnt's are read a moment apart: a mount made in between (a
+    # concurrent deploy's, which its lock then refuses) shows in findmnt only.
+    mounted_by_source = mounted_here is not None and mounted_here.source in (real, plan.device)
+    if plan.mount in device_mounts or mounted_by_source:
+        holder = next((d for d in family if plan.mount in d.mountpoints), None)
+        if holder is not None and holder.path != real:
             raise SwapRefused(f"{plan.mount} is {holder.path}, a partition of {plan.device}: the boot unit "
                               "brings back only a filesystem on the whole disk")
         if signatures is not None and signatures.label == NVME_LABEL:

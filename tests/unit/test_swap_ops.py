@@ -393,6 +393,15 @@ def test_mount_point_taken_by_another_device_is_refused():
     assert "/mnt/nvme already has /dev/sdb1 mounted, not /dev/nvme0n1" in refusal(swap.prepare_nvme, storage, NVME)
 
 
+def test_a_mount_of_the_device_seen_only_by_findmnt_is_the_device_mounted():
+    """Read between lsblk and findmnt, a mount another deploy just made is still this device's."""
+    storage = nvme_storage(mounted=False)
+    unlabelled = dataclasses.replace(storage.devices["/dev/nvme0n1"], label=None)
+    storage = changed(storage, devices={"/dev/nvme0n1": unlabelled}, filesystems=storage.filesystems + (
+        Filesystem("/dev/nvme0n1", "ext4", GIB, GIB, "/mnt/nvme", False),))
+    assert only_script(swap.prepare_nvme, storage, NVME) == f"hk_set_fs_label /dev/nvme0n1 /mnt/nvme {NVME_LABEL}\n"
+
+
 def test_nvme_mounted_elsewhere_is_refused():
     storage = nvme_storage(mounted=False)
     disk = dataclasses.replace(storage.block_devices[1], mountpoints=("/data",))
