@@ -60,7 +60,11 @@ class VmHost(LabHost):
 
     def start(self) -> None:
         image = base_image(self.os)
-        append = f"root=/dev/vda rw console=ttyS0 net.ifnames=0 systemd.hostname={self.name}"
+        # nvme_core.io_timeout: on a loaded lab machine a write to the emulated NVMe can wait behind
+        # the machine's own writeback for longer than Linux's 30 s default; the guest then aborts,
+        # resets and disables the controller (CI, 2026-12-04: swap dd, EIO, filesystem read-only).
+        append = (f"root=/dev/vda rw console=ttyS0 net.ifnames=0 systemd.hostname={self.name}"
+                  " nvme_core.io_timeout=600")
         if self.cgroup == "v1":
             append += " systemd.unified_cgroup_hierarchy=0"
         read_only = [arg for disk in self.disks for arg in ("-drive", f"file={disk},if=virtio,format=raw,readonly=on")]
