@@ -12,6 +12,7 @@ from pyinfra.api import deploy
 from pyinfra.api.exceptions import PyinfraError
 
 from hostkit.facts.snapshot import snapshot
+from hostkit.plan.scope import snapshot_scope
 from hostkit.plan.snapshot_facts import planning_facts
 from hostkit.operations import (
     driver_hold, gpu, kernel, lock, monitoring, nvme_boot, swap, vllm_install, vllm_service, watchdog,
@@ -41,7 +42,7 @@ def plan_or_refusal() -> tuple[HostProfile, HostPlan | None, PlanError | None]:
     the way (its GPUs held by another process), which fails this host alone at execute."""
     profile = inventory_profiles()[host.name]
     try:
-        plan = plan_host(profile, planning_facts(snapshot(host, profile)), host_name=host.name)
+        plan = plan_host(profile, planning_facts(snapshot(host, snapshot_scope(profile))), host_name=host.name)
     except PlanError as error:
         if error.host_state_only:
             return profile, None, error

@@ -20,5 +20,7 @@ NVME_SETTINGS_FILE = f"{CONFIG_DIR}/nvme.conf"
 # hostkit's own filesystem on nvme_device, known by this label without fstab: 12 characters,
 # the most xfs allows (ext4: 16).
 NVME_LABEL = "vllm-hostkit"
+# RHEL 8's own python, where python3 is not on PATH: the host-side probes run under it.
+PLATFORM_PYTHON = "/usr/libexec/platform-python"
 # vLLM's caches (Hugging Face, torch.compile) where the host has no NVMe mount for them.
 DEFAULT_CACHE_DIR = "/var/cache/vllm"

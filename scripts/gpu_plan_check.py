@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Plan this machine as a deploy would, outside any deploy: does vLLM's GPU memory fit?
 
-It runs the snapshot's own command (`HostSnapshotFact().command(profile=...)`) with `sh -c`,
+It runs the snapshot's own command (`HostSnapshotFact().command(scope=...)`) with `sh -c`,
 as pyinfra would, then the deploy's parsers, `hostkit.plan.snapshot_facts.planning_facts` and
 `hostkit.plan.planner.plan_host`. Prints each GPU's memory split (the vLLM unit's, others'),
 then PASS and the plan's GPU line, or REFUSED and every issue (exit 1), saying whether the
@@ -22,6 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from hostkit.plan.scope import snapshot_scope
 from hostkit.facts.snapshot import HostSnapshotFact  # noqa: E402
 from hostkit.plan.snapshot_facts import planning_facts  # noqa: E402
 from hostkit.plan.planner import PlanError, plan_host  # noqa: E402
@@ -55,7 +56,7 @@ def main(argv: list[str]) -> int:
     args = parse_args(argv)
     profile = profile_from_data("this-host", profile_data(args.data))
     fact = HostSnapshotFact()
-    command = fact.command(profile=profile)
+    command = fact.command(scope=snapshot_scope(profile))
     if args.from_file:
         output = args.from_file.read_text()
     else:

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import click
 
-from hostkit.cli.exit_codes import CONTRACT
+from hostkit.exit_codes import CONTRACT
 from hostkit.facts.deadline import NVIDIA_SMI_ENV, NVIDIA_SMI_S
 from hostkit.paths import VLLM_UNIT
 
@@ -54,7 +54,8 @@ def _diagnose_inventory(inventory: str, limit: list[str], unit: str):
     from hostkit.doctor.rules import Finding, Severity, diagnose
     from hostkit.fleet.connect import connected_hosts
     from hostkit.monitoring import textfile_path
-    from hostkit.profile.host_profile import ProfileError, load_inventory, profile_from_data
+    from hostkit.fleet.inventory import load_inventory
+    from hostkit.profile.host_profile import ProfileError, profile_from_data
 
     try:
         entries = load_inventory(inventory, limit=limit or None)

@@ -1,6 +1,6 @@
 """`hostkit plan`: what hostkit would do to each host, without changing anything.
 
-Exit status (hostkit.cli.exit_codes): 0 when every host has a plan, 1 when a host's plan
+Exit status (hostkit.exit_codes): 0 when every host has a plan, 1 when a host's plan
 cannot work (vLLM would refuse to start, the swap file does not fit) or the deploy would
 refuse the host (a driver below the CUDA build's floor), 2 for bad input (inventory data,
 facts file) or a host without facts (unreachable).
@@ -16,14 +16,15 @@ from typing import Any
 import click
 from pydantic import ValidationError
 
-from hostkit.cli.exit_codes import CONTRACT, EXIT_OK, exit_status
+from hostkit.exit_codes import CONTRACT, EXIT_OK, exit_status
 from hostkit.plan.planner import PlanError, masked_env, plan_host
 from hostkit.plan.planning_facts import PlanningFacts
 from hostkit.paths import SYSCTL_FILE, THP_UNIT, VLLM_ENV_FILE, VLLM_UNIT
 from hostkit.plan.plans import HostPlan, VllmRuntimePlan, VllmSizing, left_to_host, nvme_lifecycle
-from hostkit.profile.host_profile import HostProfile, ProfileError, load_inventory, validate_inventory
-from hostkit.profile.sizes import format_size
-from hostkit.units.vllm_unit import service_environment
+from hostkit.fleet.inventory import load_inventory
+from hostkit.profile.host_profile import HostProfile, ProfileError, validate_inventory
+from hostkit.sizes import format_size
+from hostkit.units.vllm_unit import service_environment, unit_notes
 
 
 class InputError(click.ClickException):
@@ -57,7 +58,7 @@ def load_facts_file(path: str) -> dict[str, PlanningFacts]:
 
 
 def _gather(inventory: str, limit: tuple[str, ...]) -> dict[str, PlanningFacts]:
-    from hostkit.plan.snapshot_facts import gather_planning_facts
+    from hostkit.fleet.planning import gather_planning_facts
 
     return gather_planning_facts(inventory, list(limit) or None)
 
@@ -71,7 +72,7 @@ def plan_all(profiles: dict[str, HostProfile], facts: dict[str, PlanningFacts]) 
             problems.append(f"host {name}: no facts (unreachable, or missing from the facts file)")
             continue
         try:
-            plans[name] = plan_host(profile, facts[name], host_name=name)
+            plans[name] = _with_unit_notes(plan_host(profile, facts[name], host_name=name))
         except PlanError as error:
             problems.extend(str(issue) for issue in error.issues)
     return plans, problems
@@ -141,6 +142,11 @@ def _host_setting_lines(plan: HostPlan) -> list[str]:
     lines.append(f"sysctl    {sysctl}  ({SYSCTL_FILE}, conflicts: {plan.kernel.sysctl_conflicts})")
     lines.append(f"thp       enabled = {plan.kernel.thp_enabled}  defrag = {plan.kernel.thp_defrag}  ({THP_UNIT})")
     return lines
+
+
+def _with_unit_notes(plan: HostPlan) -> HostPlan:
+    """The plan with what its unit goes without on the host's systemd, which rendering the unit tells."""
+    return plan.model_copy(update={"notes": [*plan.notes, *unit_notes(plan.vllm)]})
 
 
 def runtime_lines(runtime: VllmRuntimePlan | None) -> list[str]:

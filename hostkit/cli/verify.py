@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from hostkit.cli.exit_codes import CONTRACT
+from hostkit.exit_codes import CONTRACT
 from hostkit.facts.deadline import NVIDIA_SMI_ENV, NVIDIA_SMI_S
 
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
-from hostkit.cli.exit_codes import exit_status
+from hostkit.exit_codes import exit_status
 from hostkit.doctor.rules import Diagnosis, Severity
-from hostkit.profile.sizes import format_size
+from hostkit.sizes import format_size
 
 
 def exit_code(diagnoses: Sequence[Diagnosis], unreachable: Sequence[str] = ()) -> int:
-    """hostkit.cli.exit_codes' contract: a critical finding is a failing host."""
+    """hostkit.exit_codes' contract: a critical finding is a failing host."""
     return exit_status(any(diagnosis.critical for diagnosis in diagnoses), bool(unreachable))
 
 

@@ -20,7 +20,7 @@ from hostkit.plan.planner import CHUNKED_PREFILL_BATCH_TOKENS, LONG_CONTEXT_TOKE
 from hostkit.paths import NVME_UNIT
 from hostkit.plan.plans import NvmePlan, SwapPlan, nvme_lifecycle
 from hostkit.profile.host_profile import HostProfile
-from hostkit.profile.sizes import GIB, format_size
+from hostkit.sizes import GIB, format_size
 from hostkit.vllm.flags import FlagError, parse_version, runs_v1_by_default
 
 # Swap fill levels: above these the next burst has nowhere to go but the OOM killer.

@@ -37,11 +37,11 @@ from __future__ import annotations
 import posixpath
 import shlex
 from dataclasses import dataclass, field
-from typing import Any
 
 from pyinfra.api import FactBase
 
 from hostkit.remote import host_file
+from hostkit.facts.scope import SnapshotScope
 from hostkit.paths import SYSCTL_FILE, THP_UNIT
 
 # Highest precedence first, as systemd's CONF_PATHS("sysctl.d").
@@ -171,11 +171,11 @@ _COMMAND = host_file("kernel.sh")
 class KernelFact(FactBase):
     section = "kernel"
 
-    takes_profile = True
+    takes_scope = True
 
-    def command(self, profile: Any = None) -> str:
-        # Profile keys are dotted names without spaces or shell characters (hostkit.profile.host_profile).
-        wanted = sorted({sysctl_path(key) for key in getattr(profile, "sysctl", None) or {}})
+    def command(self, scope: SnapshotScope) -> str:
+        # The keys are dotted names without spaces or shell characters (hostkit.profile.host_profile).
+        wanted = sorted({sysctl_path(key) for key in scope.sysctl_keys})
         variables = {
             "THP": THP_DIR, "UNIT": THP_UNIT_PATH, "WANTS": THP_WANTS_LINK,
             "DIRS": " ".join(SYSCTL_DIRS), "OURS": SYSCTL_FILE, "CONF": SYSCTL_CONF,

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import shlex
 from dataclasses import dataclass, field
-from typing import Any
 
 from pyinfra.api import FactBase
 
+from hostkit.facts.scope import SnapshotScope
 from hostkit.remote import host_file
 from hostkit.monitoring import (
     COLLECTOR_PATH,
@@ -40,26 +40,19 @@ class MonitoringState:
         return bool(self.file_sha256) or self.timer_enabled not in ("", "not-found")
 
 
-def _textfile_dir(profile: Any) -> str:
-    from hostkit.profile.host_profile import HostProfile
-
-    default = HostProfile.model_fields["monitoring_textfile_dir"].default
-    return getattr(profile, "monitoring_textfile_dir", None) or default
-
-
 class MonitoringFact(FactBase):
     """`key=value` lines; `sha256 PATH` lines from one sha256sum of the managed files
     (hostkit/remote/monitoring.sh)."""
 
     section = "monitoring"
-    takes_profile = True
+    takes_scope = True
 
-    def command(self, profile: Any = None) -> str:
+    def command(self, scope: SnapshotScope) -> str:
         settings = {
             "hk_timer": TIMER,
             "hk_node_exporter_package": NODE_EXPORTER_PACKAGE,
             "hk_node_exporter_unit": NODE_EXPORTER_UNIT,
-            "hk_metrics": textfile_path(_textfile_dir(profile)),
+            "hk_metrics": textfile_path(scope.textfile_dir),
         }
         lines = [f"{name}={shlex.quote(value)}" for name, value in settings.items()]
         lines.append(f"set -- {shlex.join(MANAGED_FILES)}")

@@ -1,6 +1,6 @@
 """What differs between distributions and bites hostkit: SELinux, the python the probes run,
 tuned's active profile, the automatic upgrades of NVIDIA driver packages, and the packages
-the vLLM install needs (hostkit.vllm.os_packages decides which).
+the vLLM install needs (hostkit.plan.os_packages decides which).
 
 One shell script (hostkit/remote/platform.sh) prints parts between
 `%%hostkit-platform:NAME` lines; `process` turns them into a PlatformInfo. tuned profiles
@@ -25,7 +25,6 @@ from hostkit.remote import host_file
 from hostkit.facts.parts import split_on_marker
 
 PART_MARKER = "%%hostkit-platform:"
-PLATFORM_PYTHON = "/usr/libexec/platform-python"
 # Packages whose upgrade replaces the driver's userspace library, or its kernel module for
 # the next boot: either leaves the running module and NVML at different versions.
 DRIVER_PACKAGE = re.compile(

@@ -23,6 +23,7 @@ from hostkit.facts.kernel import KernelFact
 from hostkit.facts.monitoring import MonitoringFact
 from hostkit.facts.parts import split_on_marker
 from hostkit.facts.platform import PlatformFact
+from hostkit.facts.scope import SnapshotScope
 from hostkit.facts.storage import StorageFact
 from hostkit.facts.system import SystemFact
 from hostkit.facts.vllm_release import VllmReleaseFact
@@ -59,23 +60,23 @@ class HostSnapshot:
             raise AttributeError(name) from None
 
 
-def section_command(fact_cls: type[FactBase], profile: Any) -> str:
+def section_command(fact_cls: type[FactBase], scope: SnapshotScope) -> str:
     fact = fact_cls()
-    if getattr(fact_cls, "takes_profile", False):
-        return fact.command(profile=profile)
+    if getattr(fact_cls, "takes_scope", False):
+        return fact.command(scope=scope)
     return fact.command()
 
 
 class HostSnapshotFact(FactBase):
     """All hostkit sections in one command. Each section's failure is contained to it."""
 
-    def command(self, profile: Any = None, sections: tuple[str, ...] | None = None) -> str:
+    def command(self, scope: SnapshotScope, sections: tuple[str, ...] | None = None) -> str:
         # pyinfra calls command() and process() on one instance: process() parses these.
         self.sections_asked = _selected(sections)
         parts = []
         for fact_cls in self.sections_asked:
             parts.append(f"echo '{MARKER} {fact_cls.section}'")
-            parts.append(f"( {section_command(fact_cls, profile)} ) 2>/dev/null || true")
+            parts.append(f"( {section_command(fact_cls, scope)} ) 2>/dev/null || true")
         return "\n".join(parts)
 
     def process(self, output: list[str]) -> HostSnapshot:
@@ -97,15 +98,15 @@ class MemoisedSnapshot:
     """A host's snapshot for this run. Reading a stale section first refreshes every stale
     section, all in one command: fewer round trips than a command per section read."""
 
-    def __init__(self, host: Host, profile: Any, taken: HostSnapshot):
+    def __init__(self, host: Host, scope: SnapshotScope, taken: HostSnapshot):
         self.host = host
-        self.profile = profile
+        self.scope = scope
         self.sections = dict(taken.sections)
         self.stale: set[str] = set()
 
     def section(self, name: str) -> Any:
         if name in self.stale:
-            fresh = self.host.get_fact(HostSnapshotFact, profile=self.profile, sections=tuple(sorted(self.stale)))
+            fresh = self.host.get_fact(HostSnapshotFact, scope=self.scope, sections=tuple(sorted(self.stale)))
             self.sections.update(fresh.sections)
             self.stale.clear()
         return self.sections[name]
@@ -120,15 +121,15 @@ SECTION_NAMES = frozenset(fact_cls.section for fact_cls in SECTIONS)
 _MEMO_ATTR = "_hostkit_snapshot"
 
 
-def snapshot(host: Host, profile: Any = None) -> MemoisedSnapshot:
+def snapshot(host: Host, scope: SnapshotScope) -> MemoisedSnapshot:
     """The memoised snapshot of `host`, taken on first use.
 
-    `profile` (which says where to look for swap files and the vLLM unit) is remembered from
-    the first call: a later caller may pass None.
+    The first call's `scope` (where to look for swap files and the vLLM unit) holds for the
+    run: every caller derives it from the same profile (hostkit.plan.scope).
     """
     memo: MemoisedSnapshot | None = getattr(host, _MEMO_ATTR, None)
     if memo is None:
-        memo = MemoisedSnapshot(host, profile, host.get_fact(HostSnapshotFact, profile=profile))
+        memo = MemoisedSnapshot(host, scope, host.get_fact(HostSnapshotFact, scope=scope))
         setattr(host, _MEMO_ATTR, memo)
     return memo
 

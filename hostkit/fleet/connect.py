@@ -16,7 +16,7 @@ from pyinfra.api.connect import connect_all, disconnect_all
 from pyinfra.context import ctx_state
 from pyinfra_cli.inventory import make_inventory_from_files
 
-from hostkit.profile.host_profile import limited_hosts
+from hostkit.fleet.inventory import limited_hosts
 
 
 @contextmanager

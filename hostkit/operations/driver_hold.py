@@ -19,6 +19,7 @@ from pyinfra.api import operation
 
 from hostkit.facts.platform import PlatformInfo
 from hostkit.facts.snapshot import mark_changed, snapshot
+from hostkit.plan.scope import snapshot_scope
 
 # apt-mark waits for the dpkg lock while an upgrade runs; a deadline says so instead of hanging.
 APT_MARK_TIMEOUT_S = 300
@@ -43,7 +44,7 @@ def hold_driver_packages(profile: Any = None):
 
     + profile: the host's HostProfile (gpu_hold_driver_packages)
     """
-    command = hold_command(profile, snapshot(host, profile).platform)
+    command = hold_command(profile, snapshot(host, snapshot_scope(profile)).platform)
     if command is not None:
         mark_changed(host, "platform")
         yield command

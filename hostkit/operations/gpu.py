@@ -13,6 +13,7 @@ from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, Host, State, operation
 
 from hostkit.facts.snapshot import SECTION_NAMES, snapshot
+from hostkit.plan.scope import snapshot_scope
 from hostkit.plan.gpu_policy import GpuPolicy, GpuVerdict, evaluate
 from hostkit.operations import callbacks
 from hostkit.profile.host_profile import HostProfile
@@ -35,7 +36,7 @@ def verify_gpu(profile: HostProfile | None = None):
 
     + profile: the host's `HostProfile` (None: the defaults, a GPU required)
     """
-    verdict = evaluate(GpuPolicy.from_profile(profile), snapshot(host, profile).gpu)
+    verdict = evaluate(GpuPolicy.from_profile(profile), snapshot(host, snapshot_scope(profile)).gpu)
     if not verdict.ok:
         yield FunctionCommand(gpu_checks_failed, (verdict,), {})
         return
@@ -62,7 +63,7 @@ def snapshot_finished(profile: HostProfile | None = None):
 
     + profile: the host's `HostProfile`
     """
-    taken = snapshot(host, profile)
+    taken = snapshot(host, snapshot_scope(profile))
     timeouts = [
         f"{name}: {line}" for name in sorted(SECTION_NAMES) for line in getattr(taken.section(name), "timeouts", ())
     ]

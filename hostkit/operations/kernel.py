@@ -64,6 +64,7 @@ from hostkit.facts.kernel import (
 from hostkit.facts.snapshot import mark_changed, snapshot
 from hostkit.operations import callbacks
 from hostkit.paths import SYSCTL_FILE, THP_UNIT, VLLM_UNIT
+from hostkit.plan.scope import snapshot_scope
 from hostkit.plan.plans import KernelPlan
 
 THP_CHOICES = {
@@ -302,7 +303,7 @@ def sysctl_settings(plan: KernelPlan, profile: Any = None):
     + profile: the host's HostProfile, passed on to the snapshot for the other sections
     """
     wanted = _checked(plan, wanted_sysctl)
-    state: KernelState = snapshot(host, profile).kernel
+    state: KernelState = snapshot(host, snapshot_scope(profile)).kernel
 
     conflicts = sysctl_conflicts(state, plan)
     if conflicts and plan.sysctl_conflicts == "error":
@@ -331,7 +332,7 @@ def transparent_hugepages(plan: KernelPlan, profile: Any = None):
     + profile: the host's HostProfile, passed on to the snapshot for the other sections
     """
     wanted = _checked(plan, wanted_thp)
-    snap = snapshot(host, profile)
+    snap = snapshot(host, snapshot_scope(profile))
     state: KernelState = snap.kernel
 
     if not wanted:

@@ -23,6 +23,7 @@ from pyinfra.api import operation
 from hostkit import templates
 from hostkit.facts.monitoring import MonitoringState
 from hostkit.facts.snapshot import mark_changed, snapshot
+from hostkit.plan.scope import snapshot_scope
 from hostkit.monitoring import (
     COLLECTOR_PATH,
     NODE_EXPORTER_DROPIN,
@@ -172,7 +173,7 @@ def monitoring(profile: HostProfile):
 
     + profile: the host's HostProfile
     """
-    state: MonitoringState = snapshot(host, profile).monitoring
+    state: MonitoringState = snapshot(host, snapshot_scope(profile)).monitoring
     if not profile.monitoring_enabled:
         if state.installed:
             mark_changed(host, "monitoring")

@@ -37,6 +37,7 @@ from hostkit.operations.kernel import _install_file
 from hostkit.operations.swap import script, swap_deadline_s
 from hostkit.operations.vllm_service import text_sha256
 from hostkit.paths import NVME_LABEL, NVME_SETTINGS_FILE, NVME_UNIT, VLLM_UNIT
+from hostkit.plan.scope import snapshot_scope
 from hostkit.plan.plans import NvmePlan, SwapPlan
 from hostkit.plan.swap_filesystems import FILL_METHODS, RESERVE_FRACTION, RESERVE_MIN_BYTES
 from hostkit.remote import host_file
@@ -126,7 +127,7 @@ def nvme_boot(nvme: NvmePlan | None, swap: SwapPlan, profile: Any = None):
     + swap: the host's SwapPlan (a file under nvme_mount is made again at boot)
     + profile: the host's HostProfile, passed on to the snapshot
     """
-    storage: StorageInfo = snapshot(host, profile).storage
+    storage: StorageInfo = snapshot(host, snapshot_scope(profile)).storage
     if nvme is None:
         if storage.nvme_unit_sha256 or storage.nvme_unit_enabled:
             mark_changed(host, "storage")

@@ -52,9 +52,10 @@ from hostkit.facts.snapshot import mark_changed, snapshot
 from hostkit.facts.storage import SWAP_FILE_SELINUX_TYPE, TEMP_SUFFIX, FileStat, StorageInfo, is_under
 from hostkit.operations import callbacks
 from hostkit.paths import NVME_LABEL, SWAP_FILE_NAME
+from hostkit.plan.scope import snapshot_scope
 from hostkit.plan.plans import NvmePlan, SwapPlan
 from hostkit.profile.host_profile import value_or_default
-from hostkit.profile.sizes import GIB
+from hostkit.sizes import GIB
 from hostkit.plan.swap_filesystems import FILL_METHODS, RESERVE_FRACTION, RESERVE_MIN_BYTES, swap_file_refusal
 
 SWAP_FILE_MODE = 0o600
@@ -304,7 +305,7 @@ def prepare_nvme(plan: NvmePlan, profile: Any = None):
         check_nvme_plan(plan)
     except ValueError as error:
         raise OperationValueError(str(error)) from None
-    storage: StorageInfo = snapshot(host, profile).storage
+    storage: StorageInfo = snapshot(host, snapshot_scope(profile)).storage
     try:
         steps = nvme_steps(plan, storage)
     except SwapRefused as refusal:
@@ -328,7 +329,7 @@ def swap_file(plan: SwapPlan, profile: Any = None):
         check_swap_plan(plan)
     except ValueError as error:
         raise OperationValueError(str(error)) from None
-    storage: StorageInfo = snapshot(host, profile).storage
+    storage: StorageInfo = snapshot(host, snapshot_scope(profile)).storage
     nvme_mount = value_or_default(profile, "nvme_mount") if value_or_default(profile, "nvme_device") else None
     try:
         steps = swap_steps(plan, storage, nvme_mount=nvme_mount)

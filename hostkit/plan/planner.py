@@ -53,13 +53,12 @@ from hostkit.plan.plans import (
     left_to_host,
 )
 from hostkit.profile.host_profile import HostProfile, mask
-from hostkit.profile.sizes import GIB, MIB, format_size
+from hostkit.sizes import GIB, MIB, format_size
 from hostkit.plan.swap_filesystems import reserve_bytes, swap_file_refusal
 from hostkit.vllm.flags import (ENGINE_OPTIONS, FlagError, flags_for, known_versions, parse_version, render_flags,
                                 runs_v1_by_default)
-from hostkit.vllm.os_packages import needed_os_packages, package_source
+from hostkit.plan.os_packages import needed_os_packages, package_source
 from hostkit.vllm.runtime import InstallTarget, driver_floor, driver_problem, mismatch_problem, release_matches
-from hostkit.units.vllm_unit import unit_notes
 
 SWAP_AUTO_MIN = 8 * GIB
 SWAP_AUTO_MAX = 16 * GIB
@@ -151,7 +150,6 @@ def plan_host(profile: HostProfile, facts: PlanningFacts, host_name: str = "this
         found.notes.extend(notes)
     if found.issues:
         raise PlanError(found.issues)
-    found.notes.extend(unit_notes(vllm))
     return HostPlan(
         host=host_name, nvme=nvme, swap=swap, kernel=kernel, vllm=vllm, warnings=found.warnings, notes=found.notes,
         container=container,

@@ -6,7 +6,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 from hostkit.paths import DEFAULT_CACHE_DIR, NVME_LABEL, NVME_UNIT
 from hostkit.profile.host_profile import HostProfile
-from hostkit.profile.sizes import format_size
+from hostkit.sizes import format_size
 
 # What a container's own host sets for it: a container shares its host's kernel (sysctl, THP,
 # swap) and sees only the disks its host gives it. The plan of a container leaves them out.
@@ -105,7 +105,7 @@ class VllmRuntimePlan(_Plan):
     cuda: str | None = None  # the installed build's CUDA (the target's is known after pip)
     driver: str | None = None
     driver_floor: str | None = None  # the oldest driver for `cuda`
-    # OS packages the deploy adds before the venv is made, "name (why)" (hostkit.vllm.os_packages),
+    # OS packages the deploy adds before the venv is made, "name (why)" (hostkit.plan.os_packages),
     # and from where.
     os_packages: list[str] = Field(default_factory=list)
     os_packages_source: str | None = None

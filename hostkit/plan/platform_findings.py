@@ -17,7 +17,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from hostkit.facts.platform import PLATFORM_PYTHON, PlatformInfo
+from hostkit.facts.platform import PlatformInfo
+from hostkit.paths import PLATFORM_PYTHON
 from hostkit.facts.storage import SWAP_FILE_SELINUX_TYPE
 
 # tuned options (as "plugin.option") that set what hostkit's THP settings set.

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from hostkit.facts.gpu import GpuDevice, GpuFacts
-from hostkit.facts.snapshot import HostSnapshot, snapshot
+from hostkit.facts.snapshot import HostSnapshot
 from hostkit.monitoring.collector import unit_cgroup_path
 from hostkit.plan.planning_facts import (
     FilesystemFact,
@@ -97,13 +95,3 @@ def planning_facts(snap: HostSnapshot) -> PlanningFacts:
         vllm_installed=installed_vllm(snap),
         driver_version=driver_version(gpu),
     )
-
-
-def gather_planning_facts(inventory_path: str, limit: Sequence[str] | None = None) -> dict[str, PlanningFacts]:
-    """Connect to each host, take one snapshot, and return its planning facts."""
-    from hostkit.fleet.connect import connected_hosts
-    from hostkit.profile.host_profile import load_inventory, validate_inventory
-
-    profiles = validate_inventory(load_inventory(inventory_path, limit=limit))
-    with connected_hosts(inventory_path, limit) as hosts:
-        return {h.name: planning_facts(snapshot(h, profiles[h.name])) for h in hosts}

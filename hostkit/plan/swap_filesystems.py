@@ -7,7 +7,7 @@ one) is refused at plan time, not only when the deploy reaches the host.
 
 from __future__ import annotations
 
-from hostkit.profile.sizes import GIB
+from hostkit.sizes import GIB
 
 # How each filesystem gets a swap file the kernel accepts.
 FILL_METHODS = {"ext2": "dd", "ext3": "dd", "ext4": "dd", "xfs": "dd", "btrfs": "nocow"}

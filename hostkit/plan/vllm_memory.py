@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from hostkit.vllm.flags import V1_DEFAULT_FROM
 from hostkit.vllm.model_catalog import ModelSpec
-from hostkit.profile.sizes import GIB, KIB
+from hostkit.sizes import GIB, KIB
 
 # The GPU total vLLM sees (torch.cuda.mem_get_info) is below nvidia-smi's memory.total.
 # H200: 143771 MiB to nvidia-smi, 143155.9 MiB to torch 2.11 / CUDA 13.0 (measured on the

@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from hostkit.profile.host_profile import load_inventory, validate_inventory
+from hostkit.fleet.inventory import load_inventory
+from hostkit.profile.host_profile import validate_inventory
 from hostkit.rollout.batches import (
     DEFAULT_MAX_UNAVAILABLE,
     order_hosts,

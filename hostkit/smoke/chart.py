@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hostkit.profile.sizes import format_size
+from hostkit.sizes import format_size
 from hostkit.smoke.load import percentile
 from hostkit.smoke.run import SmokeRun
 

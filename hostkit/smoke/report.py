@@ -8,7 +8,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from hostkit.profile.sizes import format_size
+from hostkit.sizes import format_size
 from hostkit.smoke.load import percentile
 from hostkit.smoke.run import SmokeRun
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from hostkit.facts.kernel_log import KernelLog, new_lines, parse_oom_kills
-from hostkit.profile.sizes import MIB
+from hostkit.sizes import MIB
 from hostkit.smoke.load import LoadResult, run_load
 from hostkit.smoke.sampler import INTERVAL_S, MemorySample
 

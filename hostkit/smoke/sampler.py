@@ -187,7 +187,7 @@ _SSH = ("ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", "-o", "ServerAl
 def ssh_argv_for(host: str, inventory: str | None = None) -> list[str]:
     """How to reach HOST: its inventory entry's ssh_* data, else plain ssh (HOST an ssh destination)."""
     if inventory:
-        from hostkit.profile.host_profile import load_inventory
+        from hostkit.fleet.inventory import load_inventory
 
         for name, data in load_inventory(inventory):
             if name == host:
@@ -197,7 +197,7 @@ def ssh_argv_for(host: str, inventory: str | None = None) -> list[str]:
 
 
 def ssh_argv_from_data(name: str, data: dict) -> list[str]:
-    from hostkit.profile.host_profile import SshSettings
+    from hostkit.fleet.inventory import SshSettings
 
     ssh = SshSettings.from_data(name, data)
     argv = list(_SSH)

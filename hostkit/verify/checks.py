@@ -41,7 +41,7 @@ from hostkit.paths import (
     VLLM_UNIT_PATH,
 )
 from hostkit.plan.plans import HostPlan, KernelPlan, NvmePlan, SwapPlan, VllmPlan, left_to_host, nvme_lifecycle
-from hostkit.profile.sizes import MIB, format_size
+from hostkit.sizes import MIB, format_size
 from hostkit.facts.kernel_log import KernelLog
 from hostkit.verify.probes import Probes, VllmProcess
 from hostkit.vllm.runtime import InstallTarget, driver_floor, driver_problem, release_matches

@@ -20,6 +20,7 @@ from hostkit.facts.deadline import KILL_AFTER_S
 from hostkit.facts.snapshot import HostSnapshot, HostSnapshotFact
 from hostkit.plan.snapshot_facts import planning_facts
 from hostkit.plan.planner import PlanError, plan_host
+from hostkit.plan.scope import snapshot_scope
 from hostkit.verify.checks import CheckResult, check_host
 from hostkit.verify.probes import Probes, parse_probes, probe_command
 from hostkit.verify.targets import Target, attach_paramiko, write_ssh_config
@@ -94,7 +95,7 @@ class HostReadings:
 
 def read_host(shell: RemoteShell, name: str, profile: Any, ready_timeout_s: int | None = None) -> HostReadings:
     fact = HostSnapshotFact()
-    snapshot = fact.process(shell.run(fact.command(profile=profile), "snapshot"))
+    snapshot = fact.process(shell.run(fact.command(scope=snapshot_scope(profile)), "snapshot"))
     try:
         plan = plan_host(profile, planning_facts(snapshot), host_name=name)
     except PlanError as error:

@@ -35,7 +35,8 @@ from urllib.parse import quote, urlencode
 import paramiko
 
 from hostkit.fleet.connectors import is_local, uses_ssh
-from hostkit.profile.host_profile import HostProfile, ProfileError, SshSettings, validate_inventory
+from hostkit.fleet.inventory import SshSettings
+from hostkit.profile.host_profile import HostProfile, ProfileError, validate_inventory
 
 CONNECT_TIMEOUT_S = 30
 
@@ -149,7 +150,7 @@ def targets_from_hosts(hosts: Sequence[tuple[str, dict[str, Any]]]) -> list[Targ
 def load_targets(inventory: str, limit: Sequence[str] | None = None) -> list[Target]:
     """In this process. pyinfra_cli, which loads inventories, monkey-patches the standard
     library for gevent when imported: callers that cannot have that use load_targets_isolated."""
-    from hostkit.profile.host_profile import load_inventory
+    from hostkit.fleet.inventory import load_inventory
 
     try:
         hosts = load_inventory(inventory, limit=list(limit) if limit else None)
@@ -160,7 +161,7 @@ def load_targets(inventory: str, limit: Sequence[str] | None = None) -> list[Tar
     return targets_from_hosts(hosts)
 
 
-_LOADER = resources.files("hostkit").joinpath("profile/inventory_loader.py").read_text()
+_LOADER = resources.files("hostkit").joinpath("fleet/inventory_loader.py").read_text()
 
 
 def load_targets_isolated(inventory: str, limit: Sequence[str] | None = None) -> list[Target]:

@@ -17,8 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from hostkit.remote import host_file
-from hostkit.facts.platform import PLATFORM_PYTHON
-from hostkit.paths import VLLM_ENV_FILE
+from hostkit.paths import PLATFORM_PYTHON, VLLM_ENV_FILE
 
 PROBE_TIMEOUT_S = 5
 

@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from hostkit.profile.sizes import GIB
+from hostkit.sizes import GIB
 from hostkit.vllm.flags import flags_for
 
 INSTALLED_ENTRY_POINT = "hostkit-vllm"

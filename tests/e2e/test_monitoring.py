@@ -26,6 +26,7 @@ from pathlib import Path
 
 import pytest
 
+from hostkit.plan.scope import snapshot_scope
 from hostkit.facts.monitoring import MonitoringFact
 from hostkit.profile.host_profile import profile_from_data
 from hostkit.fleet.pyinfra_runner import run_pyinfra
@@ -114,7 +115,7 @@ def test_the_deploy_converges_and_verify_checks_the_collector(monitored):
                                "node_exporter serving"}
     assert all(check["ok"] for check in monitoring.values()), monitoring
     assert host["remote_commands"] == 2
-    raw = sh(lab_host, MonitoringFact().command(profile=profile_from_data(lab_host.name, {**lab_data(), **MONITOR_DATA})))
+    raw = sh(lab_host, MonitoringFact().command(scope=snapshot_scope(profile_from_data(lab_host.name, {**lab_data(), **MONITOR_DATA}))))
     print(raw)  # the snapshot section as the deploy reads it (tests/unit/fixtures/monitoring/)
     state = MonitoringFact().process(raw.splitlines())
     assert state.node_exporter_installed and state.timer_active == "active" and len(state.file_sha256) == 4

@@ -357,7 +357,7 @@ def test_swap_comes_back_at_boot_by_itself_and_a_foreign_disk_is_left_alone(shar
     assert "holds hostkit's filesystem (label vllm-hostkit)" in journal and f"swapped on {SWAP}" in journal, journal
     assert_no_change(run_deploy, host)
 
-    print(f"\nboot to ssh and to swap (s from qemu's start; guest: s since the kernel started)")
+    print("\nboot to ssh and to swap (s from qemu's start; guest: s since the kernel started)")
     for name, figures in (("blank disk", blank), ("disk intact", intact)):
         print(f"  {name:<12} ssh {figures['ssh']:.1f}  swap {figures['swap']:.1f}"
               f"  guest: sshd up {figures['guest_sshd']:.1f}, {UNIT} done {figures['guest_unit_done']:.1f}")

@@ -9,11 +9,11 @@ import pytest
 
 from hostkit.doctor.gather import SUB_MARKER, parse_doctor_output, parse_nvme_boot, split_sub_sections
 from hostkit.doctor.inputs import GpuHolder, GpuMemory, VllmProcessTree
-from hostkit.cli.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_UNUSABLE
+from hostkit.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_UNUSABLE
 from hostkit.doctor.report import exit_code
 from hostkit.doctor.rules import Severity, diagnose, host_reserve
 from hostkit.profile.host_profile import HostProfile
-from hostkit.profile.sizes import GIB, MIB
+from hostkit.sizes import GIB, MIB
 
 FIXTURES = Path(__file__).parent / "fixtures" / "doctor"
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from hostkit.plan.scope import snapshot_scope
 from hostkit.facts.kernel import (
     KernelFact,
     SysctlAssignment,
@@ -141,7 +142,7 @@ def fake_root(tmp_path):
 
 
 def run_command_in(root: Path) -> list[str]:
-    command = re.sub(r"(?<![\w/.])/(etc|run|usr|lib|proc|sys)/", f"{root}/\\1/", KernelFact().command())
+    command = re.sub(r"(?<![\w/.])/(etc|run|usr|lib|proc|sys)/", f"{root}/\\1/", KernelFact().command(snapshot_scope()))
     result = subprocess.run(["sh", "-c", command], capture_output=True, text=True, check=True)
     assert result.stderr == ""
     return [line.replace(str(root), "") for line in result.stdout.splitlines()]

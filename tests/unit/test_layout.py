@@ -14,6 +14,7 @@ def imported_modules(path: Path) -> set[str]:
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             modules.add(node.module)
+            modules.update(f"{node.module}.{alias.name}" for alias in node.names if node.module == "hostkit")
         elif isinstance(node, ast.Import):
             modules.update(alias.name for alias in node.names)
     return modules
@@ -31,3 +32,51 @@ def test_nothing_outside_tests_imports_tests():
 def test_host_names_sit_at_the_bottom():
     """hostkit.paths names units and files for every layer, so it may import none of them."""
     assert {module for module in imported_modules(REPO / "hostkit" / "paths.py") if module.startswith("hostkit")} == set()
+
+
+# hostkit's packages from the bottom up: each may import only the tiers below its own. Data
+# flows one way, inventory -> profile -> plan -> desired state -> operation or verify.
+LAYERS = (
+    {"paths", "sizes", "exit_codes", "remote", "templates", "monitoring"},  # names, units of size, host-side files
+    {"vllm"},  # what vLLM's releases accept and need
+    {"facts"},  # readers of a host
+    {"profile"},  # the inventory's typed schema
+    {"plan"},  # pure: profile and facts to a plan
+    {"units"},  # files rendered from a plan
+    {"operations"},
+    {"deploy"},
+    {"fleet"},  # inventories, connections, facts of many hosts
+    {"verify", "smoke"},
+    {"doctor"},
+    {"rollout"},
+    {"cli"},
+    {"__main__"},
+)
+
+
+def package_imports() -> set[tuple[str, str, str]]:
+    """(importing package, imported package, file) for each import between hostkit's packages."""
+    found = set()
+    for path in (REPO / "hostkit").rglob("*.py"):
+        parts = path.relative_to(REPO / "hostkit").with_suffix("").parts
+        if parts == ("__init__",):
+            continue
+        for module in imported_modules(path):
+            names = module.split(".")
+            if names[0] == "hostkit" and len(names) > 1 and names[1] != parts[0]:
+                found.add((parts[0], names[1], str(path.relative_to(REPO))))
+    return found
+
+
+def test_every_package_has_a_layer():
+    layered = set().union(*LAYERS)
+    packages = {p.stem if p.is_file() else p.name for p in (REPO / "hostkit").iterdir()
+                if (p.suffix == ".py" and p.stem != "__init__") or (p / "__init__.py").exists()}
+    assert packages - layered == set()
+
+
+def test_no_package_imports_one_above_it():
+    tier = {package: level for level, packages in enumerate(LAYERS) for package in packages}
+    upward = sorted(f"{path}: {importer} imports {imported}" for importer, imported, path in package_imports()
+                    if imported in tier and tier[imported] >= tier[importer])
+    assert upward == []

@@ -1,4 +1,4 @@
-"""The OS packages the vLLM install needs (hostkit.vllm.os_packages): what the platform fact
+"""The OS packages the vLLM install needs (hostkit.plan.os_packages): what the platform fact
 reads of them on recorded Debian 11, 12 and 13 rootfs, what the install decides and yields,
 what `hostkit plan` lists, and hostkit/remote/vllm_os_packages.sh run under sh with apt-get
 and dpkg-query replaying what they printed on a Debian 12 rootfs (fixtures/os-packages/README.md)."""
@@ -22,7 +22,7 @@ from hostkit.operations.vllm_install import RuntimeStep, os_packages_command, ru
 from hostkit.plan.planner import plan_host
 from hostkit.plan.plans import VllmPlan
 from hostkit.profile.host_profile import ProfileError, profile_from_data
-from hostkit.vllm.os_packages import OsPackage, needed_os_packages, package_source
+from hostkit.plan.os_packages import OsPackage, needed_os_packages, package_source
 from tests.unit.op_host import OpHost
 from tests.unit.test_planner import QWEN7, facts
 

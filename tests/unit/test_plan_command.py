@@ -104,7 +104,8 @@ def test_json_of_a_refused_host_carries_the_problem():
 def test_a_driver_below_the_cuda_builds_floor_exits_1(tmp_path):
     """The H200 report: vllm 0.33.0 built for CUDA 13.0 on driver 570.133.20 printed a
     warning and exited 0; the deploy refuses that host, so plan fails it."""
-    from hostkit.profile.host_profile import load_inventory, validate_inventory
+    from hostkit.fleet.inventory import load_inventory
+    from hostkit.profile.host_profile import validate_inventory
 
     profile = validate_inventory(load_inventory("inventory.py", limit=["gpu-a1"]))["gpu-a1"]
     facts = json.loads((FIXTURES / "facts.json").read_text())
@@ -155,9 +156,9 @@ def test_without_facts_the_hosts_are_asked_through_hostkit_gather(monkeypatch):
         calls.append((inventory_path, limit))
         return {name: recorded[name] for name in ("gpu-a1",)}
 
-    fake = types.ModuleType("hostkit.plan.snapshot_facts")
+    fake = types.ModuleType("hostkit.fleet.planning")
     fake.gather_planning_facts = gather_planning_facts
-    monkeypatch.setitem(sys.modules, "hostkit.plan.snapshot_facts", fake)
+    monkeypatch.setitem(sys.modules, "hostkit.fleet.planning", fake)
     result = run("inventory.py", "--limit", "gpu-a1", "--format", "json")
     assert result.exit_code == 0, result.output
     assert calls == [("inventory.py", ["gpu-a1"])]

@@ -6,7 +6,7 @@ from hostkit.vllm.model_catalog import ModelConfigError, spec_from_hf_config
 from hostkit.plan.planner import PlanError, plan_host
 from hostkit.plan.planning_facts import FilesystemFact, GpuMemoryFact, NvmeDeviceFact, PlanningFacts, SwapFact
 from hostkit.profile.host_profile import profile_from_data
-from hostkit.profile.sizes import GIB, KIB, MIB, format_size
+from hostkit.sizes import GIB, KIB, MIB, format_size
 
 QWEN7 = "Qwen/Qwen2.5-7B-Instruct"
 LLAMA8 = "meta-llama/Llama-3.1-8B-Instruct"

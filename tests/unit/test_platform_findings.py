@@ -5,7 +5,8 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from hostkit.facts.platform import PLATFORM_PYTHON, PlatformFact, PlatformInfo
+from hostkit.facts.platform import PlatformFact, PlatformInfo
+from hostkit.paths import PLATFORM_PYTHON
 from hostkit.operations.driver_hold import hold_command
 from hostkit.plan.platform_findings import platform_findings
 from hostkit.profile.host_profile import profile_from_data

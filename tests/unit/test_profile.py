@@ -3,8 +3,9 @@ from pathlib import Path
 import pytest
 from pydantic import SecretStr
 
-from hostkit.profile.host_profile import HostProfile, ProfileError, load_inventory, profile_from_data, validate_inventory
-from hostkit.profile.sizes import GIB
+from hostkit.fleet.inventory import load_inventory
+from hostkit.profile.host_profile import HostProfile, ProfileError, profile_from_data, validate_inventory
+from hostkit.sizes import GIB
 
 FIXTURES = Path(__file__).parent / "fixtures" / "plan"
 MODEL = "Qwen/Qwen2.5-7B-Instruct"

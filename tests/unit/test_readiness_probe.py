@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from hostkit.facts.platform import PLATFORM_PYTHON
+from hostkit.paths import PLATFORM_PYTHON
 from hostkit.vllm.readiness import Probe, probe_command
 
 KEY = 'k"$1 \\x'

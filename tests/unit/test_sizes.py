@@ -1,6 +1,6 @@
 import pytest
 
-from hostkit.profile.sizes import GIB, KIB, MIB, TIB, SizeError, format_size, parse_size
+from hostkit.sizes import GIB, KIB, MIB, TIB, SizeError, format_size, parse_size
 
 
 @pytest.mark.parametrize(

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from hostkit.plan.scope import snapshot_scope
 from hostkit.facts.snapshot import SECTIONS
 from hostkit.facts.storage import (
     _SHELL_HELPERS,
@@ -208,7 +209,7 @@ def test_command_runs_under_sh_and_finds_hostkit_swap_files(tmp_path):
 
 
 def test_command_without_profile_uses_defaults():
-    command = StorageFact().command(None)
+    command = StorageFact().command(snapshot_scope(None))
     assert "/mnt/nvme" in command and "\nhk_device " not in command
 
 
@@ -251,7 +252,7 @@ def test_util_linux_2_32_without_the_path_column(tmp_path):
     )
     lsblk.chmod(0o755)
     env = {"PATH": f"{bin_dir}:/usr/sbin:/usr/bin:/sbin:/bin"}
-    result = subprocess.run(["sh", "-c", StorageFact().command()], capture_output=True, text=True, env=env, timeout=60)
+    result = subprocess.run(["sh", "-c", StorageFact().command(snapshot_scope())], capture_output=True, text=True, env=env, timeout=60)
     assert result.returncode == 0, result.stderr
     storage = StorageFact().process(result.stdout.splitlines())
     assert storage.lsblk_without_path

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from hostkit.plan.scope import snapshot_scope
 from hostkit.facts.vllm_release import InstalledRelease, VllmReleaseFact, VllmReleaseState
 from hostkit.vllm import runtime as vllm_runtime
 from hostkit.operations import vllm_install
@@ -119,7 +120,7 @@ def wheelhouse(tmp_path_factory) -> Path:
 
 def read_release(root: Path) -> VllmReleaseState:
     fact = VllmReleaseFact()
-    result = sh(fact.command(profile=profile(vllm_install=True, vllm_install_root=str(root))), timeout=60)
+    result = sh(fact.command(scope=snapshot_scope(profile(vllm_install=True, vllm_install_root=str(root)))), timeout=60)
     return fact.process(result.stdout.splitlines())
 
 

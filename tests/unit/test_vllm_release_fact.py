@@ -10,6 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from hostkit.plan.scope import snapshot_scope
 from hostkit.facts import vllm_release
 from hostkit.facts.vllm_release import VllmReleaseFact, release_packages
 
@@ -39,7 +40,7 @@ def make_venv(path: Path, dists: dict[str, str], cuda: str | None = None) -> Pat
 
 def run(prof) -> vllm_release.VllmReleaseState:
     fact = VllmReleaseFact()
-    result = subprocess.run(["/bin/sh", "-c", fact.command(profile=prof)], capture_output=True, text=True,
+    result = subprocess.run(["/bin/sh", "-c", fact.command(scope=snapshot_scope(prof))], capture_output=True, text=True,
                             timeout=60, check=True)
     return fact.process(result.stdout.splitlines())
 

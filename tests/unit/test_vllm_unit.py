@@ -20,6 +20,7 @@ from pyinfra.api import FileUploadCommand, FunctionCommand
 from pyinfra.api.exceptions import OperationValueError
 from pyinfra.context import ctx_host
 
+from hostkit.plan.scope import snapshot_scope
 from hostkit.facts.vllm_service import (
     ModeAndOwnership,
     ServiceTarget,
@@ -42,6 +43,9 @@ from hostkit.units.vllm_unit import (
 from tests.unit.op_host import OpHost
 
 SECRET = "s3cret-Key-4711"
+# The service the fact looks at for a host with no inventory data: the keys' defaults.
+DEFAULT_TARGET = ServiceTarget.of_scope(snapshot_scope())
+
 PLAN = VllmPlan(
     enabled=True,
     version="0.33.0",
@@ -69,7 +73,7 @@ def plan(**changes) -> VllmPlan:
 def converged(p: VllmPlan = PLAN, **changes) -> VllmServiceState:
     """A host that runs `p` as hostkit installs it, ready."""
     state = VllmServiceState(
-        target=ServiceTarget.from_plan(p),
+        target=ops.service_target(p),
         user_uid=999,
         unit_sha256=ops.text_sha256(render_unit(p)),
         unit_text=render_unit(p),
@@ -85,7 +89,7 @@ def converged(p: VllmPlan = PLAN, **changes) -> VllmServiceState:
 
 
 FRESH = VllmServiceState(
-    target=ServiceTarget.from_plan(PLAN), user_uid=None,
+    target=ops.service_target(PLAN), user_uid=None,
     unit_sha256=None, env_sha256=None, env_stat=None, env_dir_stat=None,
     unit={"LoadState": "not-found", "ActiveState": "inactive", "SubState": "dead", "UnitFileState": ""},
 )
@@ -467,10 +471,10 @@ def test_bad_plan_is_refused_while_preparing():
 
 
 def test_a_snapshot_of_another_target_is_not_trusted():
-    fake = FakeHost(converged(target=ServiceTarget(user="svc")))
+    fake = FakeHost(converged(target=dataclasses.replace(DEFAULT_TARGET, user="svc")))
     with ctx_host.use(fake):
         list(ops.vllm_service._inner(PLAN))
-    assert fake.facts_asked == [{"target": ServiceTarget.from_plan(PLAN)}]
+    assert fake.facts_asked == [{"target": ops.service_target(PLAN)}]
 
 
 def test_ready_gate_waits_when_the_service_changes_or_is_not_ready():
@@ -594,7 +598,7 @@ probe={"health": 200, "error": "", "models_status": 200, "models": ["qwen-small"
 
 def test_fact_parses_its_output():
     state = VllmServiceFact().process(FACT_OUTPUT.splitlines())
-    assert state.target == ServiceTarget()
+    assert state.target == DEFAULT_TARGET
     assert state.user_uid == 999
     assert state.env_stat == ModeAndOwnership("600", "root", "root")
     assert state.is_active and state.is_enabled and not state.need_daemon_reload
@@ -611,14 +615,14 @@ def test_fact_reads_cgroup_v1_limits_and_unlimited():
 
 
 def test_fact_command_runs_anywhere_and_never_reads_the_env_file_content(tmp_path):
-    command = VllmServiceFact().command(profile=None)
+    command = VllmServiceFact().command(scope=snapshot_scope())
     assert "hk_env_file=/etc/vllm-hostkit/vllm.env" in command and "cat /etc/vllm-hostkit" not in command
     uses = [line for line in command.splitlines() if '"$hk_env_file"' in line]
     assert uses and all(any(word in line for word in ("sha256sum", "stat -c", "case ")) for line in uses)
     result = subprocess.run(["sh", "-c", command], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0
     state = VllmServiceFact().process(result.stdout.splitlines())
-    assert state.target == ServiceTarget() and state.unit_sha256 is None
+    assert state.target == DEFAULT_TARGET and state.unit_sha256 is None
 
 
 def test_fact_command_matches_hashes_and_modes_to_their_files(tmp_path):
@@ -634,7 +638,7 @@ def test_fact_command_matches_hashes_and_modes_to_their_files(tmp_path):
         (tmp_path / name).write_text(f"#!/bin/sh\n{body}\n")
         (tmp_path / name).chmod(0o755)
     (tmp_path / "timeout").symlink_to(shutil.which("timeout"))  # coreutils' deadline around systemctl
-    result = subprocess.run(["/bin/sh", "-c", VllmServiceFact().command(profile=None)], capture_output=True,
+    result = subprocess.run(["/bin/sh", "-c", VllmServiceFact().command(scope=snapshot_scope())], capture_output=True,
                             text=True, timeout=60, env={"PATH": str(tmp_path)})
     assert result.stdout.splitlines()[1:] == [
         "uid=999", "unit_sha256=abc", "env_sha256=", "env_stat=", "env_dir_stat=700 root root",
@@ -657,7 +661,7 @@ def test_fact_follows_the_profile():
     class Profile:
         vllm_user, vllm_command, vllm_host, vllm_port = "svc", "/srv/vllm", "::", 9000
 
-    command = VllmServiceFact().command(profile=Profile())
+    command = VllmServiceFact().command(scope=snapshot_scope(Profile()))
     assert "user=svc" in command and '"/srv/vllm"' in command and "::1 9000" in command
 
 

@@ -2,7 +2,7 @@
 # that loading the inventory does not monkey-patch the caller for gevent. It prints the
 # pickled [(name, data)] list; exit status 3 with the reason on stderr.
 import pickle, sys
-from hostkit.profile.host_profile import load_inventory
+from hostkit.fleet.inventory import load_inventory
 limit = sys.argv[2:] or None
 try:
     hosts = load_inventory(sys.argv[1], limit=limit)

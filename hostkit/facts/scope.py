@@ -1,0 +1,25 @@
+"""Where the snapshot looks beyond hostkit's own fixed paths: the places an inventory chooses.
+
+The planner makes it from a host's profile (hostkit.plan.scope); the facts take it as it is,
+so no reader of the host depends on the inventory's schema.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class SnapshotScope:
+    swap_dir: str
+    nvme_mount: str | None
+    nvme_device: str | None
+    sysctl_keys: tuple[str, ...]
+    vllm_install: bool
+    vllm_package: str
+    vllm_install_root: str
+    vllm_command: str
+    vllm_user: str
+    vllm_host: str
+    vllm_port: int
+    textfile_dir: str
