@@ -37,7 +37,8 @@ def test_host_names_sit_at_the_bottom():
 # hostkit's packages from the bottom up: each may import only the tiers below its own. Data
 # flows one way, inventory -> profile -> plan -> desired state -> operation or verify.
 LAYERS = (
-    {"paths", "sizes", "exit_codes", "remote", "templates", "monitoring"},  # names, units of size, host-side files
+    # names, sizes, exit codes; host-side files; hostkit.templates(), the Jinja environment
+    {"paths", "sizes", "exit_codes", "remote", "templates", "monitoring"},
     {"vllm"},  # what vLLM's releases accept and need
     {"facts"},  # readers of a host
     {"profile"},  # the inventory's typed schema

@@ -36,7 +36,7 @@ def test_the_wheel_carries_its_package_data(tmp_path):
     assert "hostkit/remote/vllm_watchdog.py" in names
     assert not any(name.startswith(("templates/", "hostkit_lab/", "tests/")) for name in names)
     shipped = [name.removeprefix("hostkit/templates/") for name in names if name.startswith("hostkit/templates/")]
-    assert sorted(shipped) == sorted(path.name for path in (REPO / "hostkit" / "templates").iterdir())
+    assert sorted(shipped) == sorted(path.name for path in (REPO / "templates").iterdir())
     probe = subprocess.run([sys.executable, "-c", PROBE, str(unpacked), *shipped], capture_output=True, text=True,
                            cwd=tmp_path, env={"PYTHONPATH": str(unpacked), "PATH": "/usr/bin:/bin"}, timeout=60)
     assert probe.returncode == 0, probe.stderr[-2000:]
