@@ -13,6 +13,7 @@ from click.testing import CliRunner
 from smoke_fake_server import fake_server
 
 from hostkit.cli.main import main
+from tests.waiting import wait_for
 from hostkit.facts.kernel_log import KernelLog
 from hostkit.smoke import run as smoke_run_module
 from hostkit.smoke.load import LoadResult, RequestResult
@@ -66,7 +67,7 @@ def test_local_sampler_uses_psutil():
     psutil = pytest.importorskip("psutil")
     sampler = LocalSampler()
     sampler.start()
-    time.sleep(0.7)
+    wait_for(lambda: sampler.samples, 10, "a first sample", interval=0.05)
     samples = sampler.stop()
     assert samples and samples[0].ram_total == psutil.virtual_memory().total
     assert sampler.kernel_log().source in ("journalctl", "dmesg", None)

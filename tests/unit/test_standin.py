@@ -20,6 +20,7 @@ import pytest
 from hostkit.vllm.readiness import Probe, probe_command
 from hostkit_lab.standin.install import standin_archive, standin_files
 from tests.net import free_port
+from tests.waiting import wait_for
 
 FIXTURES = Path(__file__).parent / "fixtures" / "vllm"
 PARSE_CHECK = Path(__file__).resolve().parents[2] / "hostkit" / "remote" / "vllm_parse_check.py"
@@ -121,6 +122,14 @@ def post(url: str, body: dict, key: str) -> tuple[int, dict]:
         return error.code, {}
 
 
+def process_alive(pid: int) -> bool:
+    """Running, not a zombie."""
+    try:
+        return "Z" not in Path(f"/proc/{pid}/stat").read_text().split()[2]
+    except FileNotFoundError:
+        return False
+
+
 def wait_for_port(port: int, timeout: float = 30) -> float:
     start = time.monotonic()
     while time.monotonic() - start < timeout:
@@ -203,8 +212,7 @@ def test_engine_death_answers_503_then_exits_0_like_vllm(standins, how):
             process.send_signal(signal.SIGUSR1)
         else:
             os.kill(engine, signal.SIGKILL)
-        time.sleep(0.3)
-        assert get(f"{base}/health")[0] == 503
+        wait_for(lambda: get(f"{base}/health")[0] == 503, 10, "/health to answer 503", interval=0.05)
         assert process.wait(timeout=10) == 0
         assert "EngineDeadError" in process.stderr.read()
     finally:
@@ -217,8 +225,8 @@ def test_the_engine_leaves_with_the_server_unless_told_to_linger(standins):
         engine = engine_pid(process)
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=10) == 0
-        time.sleep(1.5)
-        alive = Path(f"/proc/{engine}").exists() and "Z" not in Path(f"/proc/{engine}/stat").read_text().split()[2]
+        # Gone within 1.5 s, or it lingers.
+        alive = not wait_for(lambda: not process_alive(engine), 1.5, interval=0.05)
         if alive:
             os.kill(engine, signal.SIGKILL)
         assert alive == survives, f"VLLM_STANDIN_LEFTOVER={linger}"
@@ -229,8 +237,8 @@ def test_health_500_mode_keeps_the_server_up(standins):
     try:
         assert get(f"{base}/health")[0] == 500
         assert post(f"{base}/v1/completions", {"model": "lab", "prompt": "x", "max_tokens": 1}, "k")[0] == 500
-        time.sleep(1.5)
-        assert process.poll() is None and get(f"{base}/health")[0] == 500
+        assert not wait_for(lambda: process.poll() is not None, 1.5, interval=0.1), "the server exited"
+        assert get(f"{base}/health")[0] == 500
     finally:
         process.kill()
 
@@ -239,8 +247,7 @@ def test_a_fault_can_start_after_a_healthy_while(standins):
     process, base = start(standins, VLLM_STANDIN_FAULT="health-500", VLLM_STANDIN_FAULT_AFTER_S="1.5")
     try:
         assert get(f"{base}/health")[0] == 200
-        time.sleep(1.6)
-        assert get(f"{base}/health")[0] == 500
+        wait_for(lambda: get(f"{base}/health")[0] == 500, 10, "the fault to start", interval=0.1)
     finally:
         process.kill()
 

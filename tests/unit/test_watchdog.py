@@ -6,12 +6,12 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import time
 
 import pytest
 from pyinfra.api import FileUploadCommand, FunctionCommand
 from pyinfra.context import ctx_host
 
+from tests.waiting import wait_for
 from hostkit.remote import vllm_watchdog as wd
 from hostkit.operations import watchdog as op
 from hostkit.operations.vllm_service import text_sha256, verify_problems
@@ -306,10 +306,15 @@ def test_the_script_restarts_a_500ing_server_and_journals_why(standins, tmp_path
             "--state", str(state), "--env-file", str(env_file), "--lock", str(tmp_path / "no.lock")]
     environment = {"PATH": f"{bin_dir}:/usr/bin:/bin", "FAKE_SYSTEMCTL_DIR": str(tmp_path)}
     try:
-        watchdog = subprocess.Popen(argv, env=environment, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        time.sleep(9)
-        watchdog.terminate()
-        output = watchdog.communicate(timeout=10)[0]
+        log = tmp_path / "watchdog.log"
+        with log.open("w") as out:
+            watchdog = subprocess.Popen(argv, env=environment, stdout=out, stderr=subprocess.STDOUT, text=True)
+        try:
+            wait_for(lambda: "not restarting" in log.read_text(), 30, "the watchdog to stop at its cap", interval=0.2)
+        finally:
+            watchdog.terminate()
+            watchdog.wait(timeout=10)
+        output = log.read_text()
     finally:
         process.kill()
     assert (tmp_path / "restarts").read_text() == "restart --no-block vllm.service\n", output
