@@ -98,18 +98,13 @@ FRESH = VllmServiceState(
 # -- fake pyinfra host -------------------------------------------------------------------------
 
 
-class FakeHost(OpHost):
-    def __init__(self, state: VllmServiceState, executing: bool = False):
-        super().__init__({"vllm": state}, executing)
-        self.facts_asked: list[dict] = []
-
-    def get_fact(self, fact_cls, **kwargs):
-        self.facts_asked.append(kwargs)
-        return self._hostkit_snapshot.sections["vllm"]
+def fake_host(state: VllmServiceState, executing: bool = False) -> OpHost:
+    """The service's state in the snapshot, and as the fact asked again for another target."""
+    return OpHost({"vllm": state}, executing, facts={VllmServiceFact: state})
 
 
 def run_op(operation, state: VllmServiceState, p: VllmPlan = PLAN, executing: bool = False) -> list:
-    fake = FakeHost(state, executing)
+    fake = fake_host(state, executing)
     with ctx_host.use(fake):
         return list(operation._inner(p))
 
@@ -454,7 +449,7 @@ def test_only_a_flag_change_restarts_without_checks_of_the_env():
 
 
 def test_a_memory_limit_change_reloads_without_restart_and_says_so():
-    fake = FakeHost(converged())
+    fake = fake_host(converged())
     with ctx_host.use(fake):
         commands = list(ops.vllm_service._inner(plan(memory_max_bytes=7 * 2**30)))
     installing = "\n".join(steps(commands[-1]))
@@ -471,7 +466,7 @@ def test_bad_plan_is_refused_while_preparing():
 
 
 def test_a_snapshot_of_another_target_is_not_trusted():
-    fake = FakeHost(converged(target=dataclasses.replace(DEFAULT_TARGET, user="svc")))
+    fake = fake_host(converged(target=dataclasses.replace(DEFAULT_TARGET, user="svc")))
     with ctx_host.use(fake):
         list(ops.vllm_service._inner(PLAN))
     assert fake.facts_asked == [{"target": ops.service_target(PLAN)}]

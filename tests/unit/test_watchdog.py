@@ -11,6 +11,7 @@ import pytest
 from pyinfra.api import FileUploadCommand, FunctionCommand
 from pyinfra.context import ctx_host
 
+from tests.unit.op_host import OpHost
 from tests.waiting import wait_for
 from hostkit.remote import vllm_watchdog as wd
 from hostkit.operations import watchdog as op
@@ -234,20 +235,8 @@ def installed(plan: op.WatchdogPlan, **unit) -> op.WatchdogState:
                              "UnitFileState": "enabled", "NeedDaemonReload": "no", **unit})
 
 
-class FakeHost:
-    name = "fake"
-
-    def __init__(self, current: op.WatchdogState):
-        self.current = current
-        self.current_op_global_arguments = {"_sudo": False}
-
-    def get_fact(self, fact_cls, **kwargs):
-        assert fact_cls is op.WatchdogFact
-        return self.current
-
-
 def commands(plan: op.WatchdogPlan, current: op.WatchdogState) -> list:
-    fake = FakeHost(current)
+    fake = OpHost({}, facts={op.WatchdogFact: current})
     with ctx_host.use(fake):
         return list(op.vllm_watchdog._inner(plan=plan))
 
