@@ -20,7 +20,8 @@ from hostkit.operations import (
 from hostkit.plan.planner import PlanError, plan_host
 from hostkit.paths import NVME_UNIT
 from hostkit.plan.plans import HostPlan
-from hostkit.profile.host_profile import HostProfile, ProfileError, validate_inventory
+from hostkit.profile.host_profile import HostProfile
+from hostkit.profile.validation import ProfileError, validate_inventory
 
 _PROFILES_ATTR = "_hostkit_profiles"
 

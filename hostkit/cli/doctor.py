@@ -55,7 +55,7 @@ def _diagnose_inventory(inventory: str, limit: list[str], unit: str):
     from hostkit.fleet.connect import connected_hosts
     from hostkit.monitoring import textfile_path
     from hostkit.fleet.inventory import load_inventory
-    from hostkit.profile.host_profile import ProfileError, profile_from_data
+    from hostkit.profile.validation import ProfileError, profile_from_data
 
     try:
         entries = load_inventory(inventory, limit=limit or None)

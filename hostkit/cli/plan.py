@@ -22,7 +22,8 @@ from hostkit.plan.planning_facts import PlanningFacts
 from hostkit.paths import SYSCTL_FILE, THP_UNIT, VLLM_ENV_FILE, VLLM_UNIT
 from hostkit.plan.plans import HostPlan, VllmRuntimePlan, VllmSizing, left_to_host, nvme_lifecycle
 from hostkit.fleet.inventory import load_inventory
-from hostkit.profile.host_profile import HostProfile, ProfileError, validate_inventory
+from hostkit.profile.host_profile import HostProfile
+from hostkit.profile.validation import ProfileError, validate_inventory
 from hostkit.sizes import format_size
 from hostkit.units.vllm_unit import service_environment, unit_notes
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from hostkit.profile.host_profile import ProfileError
+from hostkit.profile.validation import ProfileError
 from hostkit.rollout import BatchSpecError, rollout as run
 from hostkit.rollout.render import summary_table
 

@@ -10,7 +10,7 @@ from hostkit.fleet.inventory import load_inventory
 from hostkit.plan.planning_facts import PlanningFacts
 from hostkit.plan.scope import snapshot_scope
 from hostkit.plan.snapshot_facts import planning_facts
-from hostkit.profile.host_profile import validate_inventory
+from hostkit.profile.validation import validate_inventory
 
 
 def gather_planning_facts(inventory_path: str, limit: Sequence[str] | None = None) -> dict[str, PlanningFacts]:

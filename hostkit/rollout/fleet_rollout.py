@@ -6,7 +6,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from hostkit.fleet.inventory import load_inventory
-from hostkit.profile.host_profile import validate_inventory
+from hostkit.profile.validation import validate_inventory
 from hostkit.rollout.batches import (
     DEFAULT_MAX_UNAVAILABLE,
     order_hosts,
@@ -42,7 +42,7 @@ def rollout(
     drainer: Drain | None = None,
 ) -> RolloutReport:
     """Roll `deploy` out over `inventory`. Raises ValueError (bad options or resume
-    report) or hostkit.profile.host_profile.ProfileError (bad host data) before any host is touched.
+    report) or hostkit.profile.validation.ProfileError (bad host data) before any host is touched.
 
     `deployer`, `gate_check` and `drainer` replace pyinfra, the health gate and the drain
     steps (tests, the bench).

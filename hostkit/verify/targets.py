@@ -36,7 +36,8 @@ import paramiko
 
 from hostkit.fleet.connectors import is_local, uses_ssh
 from hostkit.fleet.inventory import SshSettings
-from hostkit.profile.host_profile import HostProfile, ProfileError, validate_inventory
+from hostkit.profile.host_profile import HostProfile
+from hostkit.profile.validation import ProfileError, validate_inventory
 
 CONNECT_TIMEOUT_S = 30
 

@@ -4,7 +4,7 @@ from pyinfra import host
 
 from hostkit.operations import kernel
 from hostkit.plan.plans import KernelPlan
-from hostkit.profile.host_profile import profile_from_data
+from hostkit.profile.validation import profile_from_data
 
 profile = profile_from_data(host.name, host.data.dict())
 plan = KernelPlan(

@@ -217,7 +217,7 @@ def campaign(main_host, tmp_path_factory) -> Campaign:
 
 def test_the_lab_data_itself_is_valid():
     """Each case breaks exactly one thing: the data it starts from must pass validation."""
-    from hostkit.profile.host_profile import profile_from_data
+    from hostkit.profile.validation import profile_from_data
     from tests.e2e.conftest import lab_data
 
     profile_from_data("lab", lab_data())

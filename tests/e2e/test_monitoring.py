@@ -28,7 +28,7 @@ import pytest
 
 from hostkit.plan.scope import snapshot_scope
 from hostkit.facts.monitoring import MonitoringFact
-from hostkit.profile.host_profile import profile_from_data
+from hostkit.profile.validation import profile_from_data
 from hostkit.fleet.pyinfra_runner import run_pyinfra
 from tests.e2e.conftest import MAIN_DEPLOY, REPO, lab_data, lab_inventory
 from tests.e2e.test_doctor_smoke import forwarded, hostkit

@@ -26,7 +26,7 @@ from hostkit.operations.vllm_service import memory_limit_problem
 from hostkit.plan.plans import HOST_SETTINGS
 from hostkit.plan.planner import plan_host
 from hostkit.plan.snapshot_facts import planning_facts
-from hostkit.profile.host_profile import profile_from_data
+from hostkit.profile.validation import profile_from_data
 from hostkit.sizes import MIB
 from hostkit.verify.checks import NOT_APPLICABLE, PASS
 from hostkit.verify.probes import MARKER as PROBE_MARKER

@@ -8,7 +8,7 @@ from pathlib import Path
 from hostkit.doctor.gather import DEFAULT_METRICS_FILE, doctor_command, parse_doctor_output, split_sub_sections
 from hostkit.doctor.rules import Severity, diagnose
 from hostkit.monitoring import collector
-from hostkit.profile.host_profile import profile_from_data
+from hostkit.profile.validation import profile_from_data
 
 FIXTURES = Path(__file__).parent / "fixtures" / "doctor"
 MIB = 2**20

@@ -17,7 +17,7 @@ from hostkit.facts.gpu import GpuFact, GpuProcess, parse_compute_apps, parse_gpu
 from hostkit.facts.snapshot import HostSnapshotFact
 from hostkit.plan.snapshot_facts import planning_facts
 from hostkit.plan.planner import PlanError, plan_host
-from hostkit.profile.host_profile import profile_from_data
+from hostkit.profile.validation import profile_from_data
 
 RUN = Path(__file__).parent / "fixtures" / "gpu" / "h200-serving"
 HOLDER = 471

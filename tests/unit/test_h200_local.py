@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from hostkit.cli.plan import plan as plan_command
 from hostkit.plan.planner import plan_host
 from hostkit.plan.planning_facts import PlanningFacts
-from hostkit.profile.host_profile import profile_from_data
+from hostkit.profile.validation import profile_from_data
 
 RECORDED = Path(__file__).parent / "fixtures" / "gpu" / "h200-local"
 DATA = {"gpu_required": True, "swap_enabled": False, "monitoring_enabled": False,

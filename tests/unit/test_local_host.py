@@ -22,7 +22,7 @@ from xml.etree import ElementTree
 import pytest
 
 from hostkit.facts.deadline import NVIDIA_SMI_ENV
-from hostkit.profile.host_profile import profile_from_data
+from hostkit.profile.validation import profile_from_data
 from hostkit.verify.report import to_json
 from hostkit.verify.runner import verify_host
 from verify_replay import LAB_DATA, FakeHost

@@ -17,7 +17,7 @@ from hostkit.operations.monitoring import (
     wanted_files,
 )
 from hostkit.operations.vllm_service import text_sha256
-from hostkit.profile.host_profile import profile_from_data
+from hostkit.profile.validation import profile_from_data
 
 BASE = {"vllm_model": "Qwen/Qwen2.5-0.5B-Instruct"}
 

@@ -21,7 +21,7 @@ from hostkit.operations import vllm_install
 from hostkit.operations.vllm_install import RuntimeStep, os_packages_command, runtime_step
 from hostkit.plan.planner import plan_host
 from hostkit.plan.plans import VllmPlan
-from hostkit.profile.host_profile import ProfileError, profile_from_data
+from hostkit.profile.validation import ProfileError, profile_from_data
 from hostkit.plan.os_packages import OsPackage, needed_os_packages, package_source
 from tests.unit.op_host import OpHost
 from tests.unit.test_planner import QWEN7, facts

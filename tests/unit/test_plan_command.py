@@ -105,7 +105,7 @@ def test_a_driver_below_the_cuda_builds_floor_exits_1(tmp_path):
     """The H200 report: vllm 0.33.0 built for CUDA 13.0 on driver 570.133.20 printed a
     warning and exited 0; the deploy refuses that host, so plan fails it."""
     from hostkit.fleet.inventory import load_inventory
-    from hostkit.profile.host_profile import validate_inventory
+    from hostkit.profile.validation import validate_inventory
 
     profile = validate_inventory(load_inventory("inventory.py", limit=["gpu-a1"]))["gpu-a1"]
     facts = json.loads((FIXTURES / "facts.json").read_text())

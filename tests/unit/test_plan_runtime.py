@@ -4,7 +4,7 @@ CUDA requirement (hostkit.plan.planner._runtime_plan, hostkit.cli.plan.runtime_l
 from hostkit.cli.plan import runtime_lines
 from hostkit.plan.planner import plan_host
 from hostkit.plan.planning_facts import InstalledVllmFact
-from hostkit.profile.host_profile import profile_from_data
+from hostkit.profile.validation import profile_from_data
 from tests.unit.test_planner import QWEN7, facts
 
 CUDA_13 = InstalledVllmFact(package="vllm", version="0.33.0", torch="2.14.0", cuda="13.0",

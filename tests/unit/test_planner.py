@@ -5,7 +5,7 @@ from hostkit.vllm import model_catalog
 from hostkit.vllm.model_catalog import ModelConfigError, spec_from_hf_config
 from hostkit.plan.planner import PlanError, plan_host
 from hostkit.plan.planning_facts import FilesystemFact, GpuMemoryFact, NvmeDeviceFact, PlanningFacts, SwapFact
-from hostkit.profile.host_profile import profile_from_data
+from hostkit.profile.validation import profile_from_data
 from hostkit.sizes import GIB, KIB, MIB, format_size
 
 QWEN7 = "Qwen/Qwen2.5-7B-Instruct"

@@ -17,7 +17,7 @@ import pytest
 
 from hostkit.plan.planner import PlanError, plan_host
 from hostkit.plan.planning_facts import GpuMemoryFact, PlanningFacts
-from hostkit.profile.host_profile import profile_from_data
+from hostkit.profile.validation import profile_from_data
 from hostkit.sizes import GIB, MIB
 from hostkit.plan.vllm_memory import driver_reserved
 

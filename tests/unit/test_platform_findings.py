@@ -9,7 +9,7 @@ from hostkit.facts.platform import PlatformFact, PlatformInfo
 from hostkit.paths import PLATFORM_PYTHON
 from hostkit.operations.driver_hold import hold_command
 from hostkit.plan.platform_findings import platform_findings
-from hostkit.profile.host_profile import profile_from_data
+from hostkit.profile.validation import profile_from_data
 
 FIXTURES = Path(__file__).parent / "fixtures" / "platform"
 MODEL = "Qwen/Qwen2.5-0.5B-Instruct"

@@ -4,7 +4,8 @@ import pytest
 from pydantic import SecretStr
 
 from hostkit.fleet.inventory import load_inventory
-from hostkit.profile.host_profile import HostProfile, ProfileError, profile_from_data, validate_inventory
+from hostkit.profile.host_profile import HostProfile
+from hostkit.profile.validation import ProfileError, profile_from_data, validate_inventory
 from hostkit.sizes import GIB
 
 FIXTURES = Path(__file__).parent / "fixtures" / "plan"

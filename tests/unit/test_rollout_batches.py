@@ -78,7 +78,7 @@ def test_order_key_ties_keep_inventory_order_and_bad_values_are_refused():
 
 
 def test_rollout_order_key_passes_the_profile_unknown_key_check():
-    from hostkit.profile.host_profile import profile_from_data
+    from hostkit.profile.validation import profile_from_data
 
     profile_from_data("h", {"rollout_order": 3, "vllm_model": "Qwen/Qwen2.5-0.5B-Instruct", "gpu_required": False})
 

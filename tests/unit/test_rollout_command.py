@@ -6,7 +6,7 @@ import pytest
 from click.testing import CliRunner
 
 from hostkit.cli.main import main
-from hostkit.profile.host_profile import ProfileError
+from hostkit.profile.validation import ProfileError
 from hostkit.fleet.pyinfra_runner import write_inventory
 from hostkit.rollout import fleet_rollout, rollout
 from hostkit.rollout.pyinfra_batch import BatchDeploy, HostDeploy

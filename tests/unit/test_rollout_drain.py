@@ -11,7 +11,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from hostkit.profile.host_profile import ProfileError, profile_from_data
+from hostkit.profile.validation import ProfileError, profile_from_data
 from hostkit.rollout.batches import BatchSpecError, limit_unavailable, parse_batches, parse_max_failed, \
     parse_max_unavailable, split_batches
 from hostkit.rollout.drain import IDLE_SOURCE, run_hook

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from hostkit.profile.host_profile import profile_from_data
+from hostkit.profile.validation import profile_from_data
 from hostkit.fleet.pyinfra_runner import write_inventory
 from hostkit.rollout.gate import PROBE_SOURCE, ServiceGate, direct_base_url, host_base_url, release_check, verify_check
 from hostkit.rollout.probe import probe

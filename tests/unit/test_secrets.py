@@ -12,7 +12,8 @@ from hostkit.facts.snapshot import HostSnapshotFact
 from hostkit.plan.snapshot_facts import planning_facts
 from hostkit.plan.planner import plan_host
 from hostkit.plan.planning_facts import PlanningFacts
-from hostkit.profile.host_profile import SECRET_ENV, ProfileError, mask, profile_from_data
+from hostkit.profile.host_profile import SECRET_ENV, mask
+from hostkit.profile.validation import ProfileError, profile_from_data
 from hostkit.vllm.flags import RESERVED_OPTIONS
 from hostkit.units.vllm_unit import UnitError, render_env, render_unit
 

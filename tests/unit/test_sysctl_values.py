@@ -13,7 +13,7 @@ from hostkit.facts.storage import StorageFact
 from hostkit.facts.system import SystemFact
 from hostkit.plan.snapshot_facts import planning_facts
 from hostkit.plan.planner import PlanError, plan_host
-from hostkit.profile.host_profile import profile_from_data
+from hostkit.profile.validation import profile_from_data
 from hostkit.plan.sysctl_values import kernel_version, value_problem
 
 FIXTURES = Path(__file__).parent / "fixtures" / "kernel"

@@ -16,7 +16,7 @@ from hostkit.plan.snapshot_facts import planning_facts
 from hostkit.operations.swap import swap_steps
 from hostkit.operations.vllm_service import service_changes
 from hostkit.plan.planner import plan_host
-from hostkit.profile.host_profile import profile_from_data
+from hostkit.profile.validation import profile_from_data
 from hostkit.vllm.readiness import Probe
 from hostkit.verify.checks import AREAS, check_host, kernel_checks, server_argv
 from hostkit.facts.kernel_log import KernelLog

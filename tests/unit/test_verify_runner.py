@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from xml.etree import ElementTree
 
-from hostkit.profile.host_profile import profile_from_data
+from hostkit.profile.validation import profile_from_data
 from hostkit.verify.checks import CheckResult
 from hostkit.verify.report import EXIT_FAILED, EXIT_OK, EXIT_UNREACHABLE, exit_code, to_json, to_junit, to_text
 from hostkit.verify.runner import HostReport, verify_host

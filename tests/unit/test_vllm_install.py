@@ -17,7 +17,7 @@ from hostkit.facts.vllm_release import InstalledRelease, VllmReleaseFact, VllmRe
 from hostkit.vllm import runtime as vllm_runtime
 from hostkit.operations import vllm_install
 from hostkit.operations.vllm_install import RuntimeStep, install_command, runtime_step, switch_command
-from hostkit.profile.host_profile import profile_from_data
+from hostkit.profile.validation import profile_from_data
 from hostkit.vllm.runtime import InstallTarget
 
 

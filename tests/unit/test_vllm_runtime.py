@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from hostkit.facts.gpu import parse_gpu_output
-from hostkit.profile.host_profile import profile_from_data
+from hostkit.profile.validation import profile_from_data
 from hostkit.vllm.runtime import (
     InstallTarget,
     driver_floor,

@@ -16,7 +16,7 @@ from tests.waiting import wait_for
 from hostkit.remote import vllm_watchdog as wd
 from hostkit.operations import watchdog as op
 from hostkit.operations.vllm_service import text_sha256, verify_problems
-from hostkit.profile.host_profile import profile_from_data
+from hostkit.profile.validation import profile_from_data
 from hostkit.units.vllm_unit import env_file_value
 from tests.unit.test_standin import standins, start  # noqa: F401 (fixture)
 from tests.unit.test_vllm_unit import PLAN, local_systemd_version, needs_systemd_analyze

@@ -22,7 +22,7 @@ from hostkit.operations.vllm_service import text_sha256
 from hostkit.operations.watchdog import watchdog_plan
 from hostkit.plan.planner import plan_host
 from hostkit.paths import NVME_LABEL
-from hostkit.profile.host_profile import profile_from_data
+from hostkit.profile.validation import profile_from_data
 from hostkit.verify.probes import MARKER as PROBE_MARKER
 from hostkit.units.vllm_unit import render_env, render_unit
 
