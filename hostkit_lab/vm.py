@@ -33,6 +33,8 @@ class VmHost(LabHost):
     # instance-store disks, whose nvmeXnY names follow the order qemu attaches them in.
     second_nvme: bool = False
     nvme_order_swapped: bool = False
+    # No NVMe disk attached at all (a host without instance store: the boot baseline).
+    nvme_detached: bool = False
 
     kind: ClassVar[str] = "vm"
 
@@ -87,6 +89,8 @@ class VmHost(LabHost):
         )
 
     def _nvme_args(self) -> list[str]:
+        if self.nvme_detached:
+            return []
         disks = [("nvm", "nvme.qcow2", f"hostkit-{self.name}")]
         if self.second_nvme:
             disks.append(("nvm2", "nvme2.qcow2", f"hostkit-{self.name}-2"))

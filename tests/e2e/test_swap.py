@@ -9,6 +9,7 @@ boots (a blank disk behind a second one, the disks intact, someone else's data o
 
 from __future__ import annotations
 
+import json
 import shlex
 import time
 from pathlib import Path
@@ -16,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from hostkit.monitoring import collector_source
+from hostkit.operations.nvme_boot import NVME_WAIT_S
 
 from tests.e2e.lab_shell import sh
 from tests.waiting import wait_for
@@ -305,6 +307,26 @@ def boot(lab_host) -> dict[str, float]:
     return figures
 
 
+# A service named as hostkit's vLLM unit: whether the boot starts it, whatever the NVMe did.
+PLACEHOLDER_VLLM = """cat > /etc/systemd/system/vllm.service <<'EOF'
+[Service]
+ExecStart=/bin/sleep infinity
+[Install]
+WantedBy=multi-user.target
+EOF
+systemctl daemon-reload && systemctl enable --quiet vllm.service"""
+
+
+def vllm_starts(lab_host) -> bool:
+    return wait_for(lambda: sh(lab_host, "systemctl is-active vllm.service || true").strip() == "active", 120,
+                    "vllm.service to start", interval=2)
+
+
+def report(case: str, figures: dict) -> None:
+    print(json.dumps({"test": "nvme boot", "case": case,
+                      **{name: None if value is None else round(value, 1) for name, value in figures.items()}}))
+
+
 def unit_journal(lab_host) -> str:
     return sh(lab_host, f"journalctl -b --no-pager -o cat -u {UNIT}")
 
@@ -357,15 +379,14 @@ def test_swap_comes_back_at_boot_by_itself_and_a_foreign_disk_is_left_alone(shar
     assert "holds hostkit's filesystem (label vllm-hostkit)" in journal and f"swapped on {SWAP}" in journal, journal
     assert_no_change(run_deploy, host)
 
-    print("\nboot to ssh and to swap (s from qemu's start; guest: s since the kernel started)")
     for name, figures in (("blank disk", blank), ("disk intact", intact)):
-        print(f"  {name:<12} ssh {figures['ssh']:.1f}  swap {figures['swap']:.1f}"
-              f"  guest: sshd up {figures['guest_sshd']:.1f}, {UNIT} done {figures['guest_unit_done']:.1f}")
+        report(name, figures)
 
     # Someone else's filesystem on the planned disk at boot: never formatted, the boot goes on,
     # no swap, and the collector says the planned swap file is absent.
     sh(host, "mkfs.ext4 -q -L userdata /dev/nvme1n1")
     foreign_uuid = sh(host, "blkid -p -o value -s UUID /dev/nvme1n1").strip()
+    sh(host, PLACEHOLDER_VLLM)
     host.stop()
     host.copy_second_nvme_to_first()
     foreign = boot(host)
@@ -375,5 +396,14 @@ def test_swap_comes_back_at_boot_by_itself_and_a_foreign_disk_is_left_alone(shar
     assert sh(host, "blkid -p -o value -s LABEL -s UUID /dev/nvme0n1").split() == ["userdata", foreign_uuid]
     assert sh(host, "findmnt -n /mnt/nvme || true").strip() == ""
     assert planned_absent_metric(host).endswith(f'hostkit_swap_planned_absent{{path="{SWAP}"}} 1')
-    print(f"  {'foreign disk':<12} ssh {foreign['ssh']:.1f}  swap none"
-          f"  guest: sshd up {foreign['guest_sshd']:.1f}, {UNIT} failed at {foreign['guest_unit_done']:.1f}")
+    # vLLM starts without that swap.
+    assert vllm_starts(host)
+    report("foreign disk", foreign)
+
+    # The baseline: the same host with no NVMe disk at all.
+    host.stop()
+    host.nvme_detached = True
+    bare = boot(host)
+    assert bare["swap"] is None and vllm_starts(host)
+    assert f"did not appear within {NVME_WAIT_S} s" in unit_journal(host)
+    report("no NVMe disk", bare)
