@@ -11,6 +11,8 @@ from pyinfra import host, logger, state
 from pyinfra.api import deploy
 from pyinfra.api.exceptions import PyinfraError
 
+from hostkit.desired.deploy_lock import deploy_lock_stale_after_s
+from hostkit.desired.watchdog import watchdog_plan
 from hostkit.facts.snapshot import snapshot
 from hostkit.plan.scope import snapshot_scope
 from hostkit.plan.snapshot_facts import planning_facts
@@ -69,7 +71,7 @@ def vllm_host() -> None:
     if plan is None:
         gpu.refuse_host(name="Check the GPUs are free for vLLM", reasons=[issue.reason for issue in refused.issues])
         return
-    lock.acquire_deploy_lock(name="Take the deploy lock", stale_after_s=lock.STALE_AFTER_S + profile.vllm_ready_timeout)
+    lock.acquire_deploy_lock(name="Take the deploy lock", stale_after_s=deploy_lock_stale_after_s(plan.vllm.ready_timeout_s))
     # The GPU check comes first: nothing is (re)started on a host whose driver is broken.
     gpu.verify_gpu(name="Check the GPU driver", profile=profile)
     driver_hold.hold_driver_packages(name="Hold the NVIDIA driver packages", profile=profile)
@@ -96,5 +98,5 @@ def vllm_host() -> None:
                                 on_not_ready=vllm_install.roll_back if profile.vllm_install else None)
     # After the gate: the watchdog judges a vLLM that has served. Also run when vLLM is
     # disabled, to remove a watchdog installed before.
-    watchdog.vllm_watchdog(name="vLLM health watchdog", plan=watchdog.watchdog_plan(profile, plan.vllm))
+    watchdog.vllm_watchdog(name="vLLM health watchdog", plan=watchdog_plan(plan.watchdog, plan.vllm))
     lock.release_deploy_lock(name="Release the deploy lock")

@@ -22,5 +22,13 @@ NVME_SETTINGS_FILE = f"{CONFIG_DIR}/nvme.conf"
 NVME_LABEL = "vllm-hostkit"
 # RHEL 8's own python, where python3 is not on PATH: the host-side probes run under it.
 PLATFORM_PYTHON = "/usr/libexec/platform-python"
+WATCHDOG_UNIT = "vllm-hostkit-watchdog.service"
+WATCHDOG_UNIT_PATH = f"/etc/systemd/system/{WATCHDOG_UNIT}"
+WATCHDOG_SCRIPT_PATH = "/usr/local/sbin/vllm-watchdog"
+# The watchdog unit's StateDirectory= under /var/lib, and its state file there.
+WATCHDOG_STATE_DIRECTORY = "vllm-hostkit"
+WATCHDOG_STATE_PATH = f"/var/lib/{WATCHDOG_STATE_DIRECTORY}/watchdog.json"
+DEPLOY_LOCK_DIR = "/run/vllm-hostkit"
+DEPLOY_LOCK_PATH = f"{DEPLOY_LOCK_DIR}/deploy.lock"
 # vLLM's caches (Hugging Face, torch.compile) where the host has no NVMe mount for them.
 DEFAULT_CACHE_DIR = "/var/cache/vllm"

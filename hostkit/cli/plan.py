@@ -25,7 +25,7 @@ from hostkit.fleet.inventory import load_inventory
 from hostkit.profile.host_profile import HostProfile
 from hostkit.profile.validation import ProfileError, validate_inventory
 from hostkit.sizes import format_size
-from hostkit.units.vllm_unit import service_environment, unit_notes
+from hostkit.desired.vllm_unit import service_environment, unit_notes
 
 
 class InputError(click.ClickException):

@@ -56,11 +56,9 @@ from hostkit.facts.platform import script as platform_script
 from hostkit.facts.deadline import DEADLINE_FUNCTION, KERNEL_LOG_S, SYSTEMCTL_S, TIMED_OUT, timed_out_lines
 from hostkit.facts.gpu import GpuFact, parse_gpu_output
 from hostkit.facts.systemctl_show import SHOW_FUNCTIONS, parse_show
-from hostkit.operations.watchdog import STATE_PATH as WATCHDOG_STATE
-from hostkit.operations.watchdog import WATCHDOG_UNIT
 from hostkit.monitoring import textfile_path
 from hostkit.monitoring.collector import unit_cgroup_path
-from hostkit.paths import NVME_SETTINGS_FILE, NVME_UNIT, VLLM_UNIT
+from hostkit.paths import NVME_SETTINGS_FILE, NVME_UNIT, VLLM_UNIT, WATCHDOG_STATE_PATH, WATCHDOG_UNIT
 from hostkit.profile.host_profile import HostProfile
 from hostkit.remote import host_file
 
@@ -126,7 +124,7 @@ def doctor_command(unit: str = VLLM_UNIT, vllm_command: str | None = None, with_
         "hk_kept": str(KEPT_JOURNAL_LINES),
         "hk_watchdog_unit": WATCHDOG_UNIT,
         "hk_watchdog_decisions": _WATCHDOG_DECISIONS,
-        "hk_watchdog_state": WATCHDOG_STATE,
+        "hk_watchdog_state": WATCHDOG_STATE_PATH,
         "hk_metrics": metrics_file,
         "hk_timed_out": TIMED_OUT,
         "hk_journal_s": str(JOURNAL_S),

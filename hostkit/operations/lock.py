@@ -40,11 +40,9 @@ from pyinfra.api.state import BaseStateCallback
 from hostkit.remote import host_file
 from hostkit.facts.snapshot import mark_changed
 from hostkit.operations import callbacks
+from hostkit.desired.deploy_lock import STALE_AFTER_S
+from hostkit.paths import DEPLOY_LOCK_DIR, DEPLOY_LOCK_PATH
 
-LOCK_DIR = "/run/vllm-hostkit"
-LOCK_PATH = f"{LOCK_DIR}/deploy.lock"
-# Longer than any deploy: the readiness gate alone may wait vllm_ready_timeout (30 min by default).
-STALE_AFTER_S = 3600
 LEFTOVER_WAIT_S = 600
 LEFTOVER_POLL_S = 2
 LEFTOVER_MARKER = "vllm-hostkit"
@@ -116,8 +114,8 @@ def acquire_command(owner: LockOwner, replace: str | None = None) -> str:
     (a takeover). Prints `acquired`, or `held AGE_S` and `holder LINE`; then one `busy PID
     ARGS` line per process of an earlier hostkit run (never this command's own)."""
     settings = {
-        "lock": LOCK_PATH,
-        "hk_lock_dir": LOCK_DIR,
+        "lock": DEPLOY_LOCK_PATH,
+        "hk_lock_dir": DEPLOY_LOCK_DIR,
         "hk_owner": owner.line(),
         "hk_take_over": "1" if replace is not None else "0",
         "hk_replace": replace or "",
@@ -130,7 +128,7 @@ def acquire_command(owner: LockOwner, replace: str | None = None) -> str:
 def release_command(owner: LockOwner) -> str:
     """Remove the lock only while it is still `owner`'s."""
     return (
-        f'if [ "$(cat {LOCK_PATH} 2>/dev/null)" = {shlex.quote(owner.line())} ]; then rm -f {LOCK_PATH}; fi'
+        f'if [ "$(cat {DEPLOY_LOCK_PATH} 2>/dev/null)" = {shlex.quote(owner.line())} ]; then rm -f {DEPLOY_LOCK_PATH}; fi'
     )
 
 
@@ -162,7 +160,7 @@ def takeover(probe: LockProbe, stale_after_s: int,
         who = "an unreadable holder"
     if probe.age_s > stale_after_s:
         return Takeover(True, f"it is {probe.age_s}s old, older than {stale_after_s}s ({who})")
-    return Takeover(False, f"another hostkit deploy holds {LOCK_PATH}: {who}, for {probe.age_s}s")
+    return Takeover(False, f"another hostkit deploy holds {DEPLOY_LOCK_PATH}: {who}, for {probe.age_s}s")
 
 
 def _probe(op_host: Host, command: str, connector_arguments: dict) -> LockProbe:
@@ -221,14 +219,14 @@ def acquire_deploy_lock(stale_after_s: int = STALE_AFTER_S, leftover_wait_s: int
                 yield _refusal(f"{decision.reason}; this host is not deployed")
                 return
             if not announced:
-                host.log_styled(f"deploy lock: taking over {LOCK_PATH}: {decision.reason}", fg="yellow",
+                host.log_styled(f"deploy lock: taking over {DEPLOY_LOCK_PATH}: {decision.reason}", fg="yellow",
                                 log_func=logger.warning)
                 announced = True
             if not probe.leftovers:
                 stale_line = probe.holder_line
                 probe = _probe(host, acquire_command(owner, replace=stale_line), connector_arguments)
                 if not probe.acquired and probe.holder_line == stale_line:
-                    yield _refusal(f"could not take over {LOCK_PATH}: {stale_line!r}")
+                    yield _refusal(f"could not take over {DEPLOY_LOCK_PATH}: {stale_line!r}")
                     return
                 continue  # not acquired: another run took it over first, and the loop judges that one
             if time.monotonic() > deadline:
@@ -263,5 +261,5 @@ def release_deploy_lock():
     ok, output = host.run_shell_command(StringCommand(release_command(owner)), **connector_arguments)
     setattr(host, _HELD_ATTR, None)
     if not ok:
-        host.log_styled(f"deploy lock: {LOCK_PATH} not released: {output.stderr.strip()}", fg="yellow",
+        host.log_styled(f"deploy lock: {DEPLOY_LOCK_PATH} not released: {output.stderr.strip()}", fg="yellow",
                         log_func=logger.warning)

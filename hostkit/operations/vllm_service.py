@@ -59,8 +59,8 @@ from hostkit.operations.callbacks import current_connector_arguments
 from hostkit.paths import CONFIG_DIR, VLLM_ENV_FILE, VLLM_UNIT, VLLM_UNIT_PATH
 from hostkit.plan.plans import VllmPlan
 from hostkit.vllm.readiness import Observation, wait_until_ready
-from hostkit.units.changes import UnitChange, unit_change
-from hostkit.units.vllm_unit import (
+from hostkit.desired.changes import UnitChange, unit_change
+from hostkit.desired.vllm_unit import (
     HOME_DIR,
     VERIFY_DIR,
     VERIFY_PATH,
@@ -135,7 +135,7 @@ def service_changes(current: VllmServiceState, unit_text: str, env_text: str) ->
     """What must change on a host in state `current` to run the unit and env file given.
 
     A new unit text restarts the service only when a directive that needs a restart
-    changed (hostkit.units.changes); comments do not count, and limits that daemon-reload
+    changed (hostkit.desired.changes); comments do not count, and limits that daemon-reload
     applies to the running unit's cgroup change without one.
     """
     install_unit = current.unit_sha256 != text_sha256(unit_text)

@@ -38,18 +38,17 @@ from hostkit.vllm import model_catalog
 from hostkit.vllm.model_catalog import ModelConfigError, ModelSpec
 from hostkit.plan.planning_facts import FilesystemFact, GpuMemoryFact, NvmeDeviceFact, PlanningFacts
 from hostkit.plan.platform_findings import platform_findings
-from hostkit.paths import DEFAULT_CACHE_DIR, SWAP_FILE_NAME
+from hostkit.paths import DEFAULT_CACHE_DIR, NVME_LABEL, NVME_UNIT, SWAP_FILE_NAME
 from hostkit.plan.plans import (
     HostPlan,
     KernelPlan,
     MemoryTermPlan,
-    NVME_LABEL,
-    NVME_UNIT,
     NvmePlan,
     SwapPlan,
     VllmPlan,
     VllmRuntimePlan,
     VllmSizing,
+    WatchdogSettings,
     left_to_host,
 )
 from hostkit.profile.host_profile import HostProfile, mask
@@ -151,8 +150,17 @@ def plan_host(profile: HostProfile, facts: PlanningFacts, host_name: str = "this
     if found.issues:
         raise PlanError(found.issues)
     return HostPlan(
-        host=host_name, nvme=nvme, swap=swap, kernel=kernel, vllm=vllm, warnings=found.warnings, notes=found.notes,
-        container=container,
+        host=host_name, nvme=nvme, swap=swap, kernel=kernel, vllm=vllm, watchdog=watchdog_settings(profile),
+        warnings=found.warnings, notes=found.notes, container=container,
+    )
+
+
+def watchdog_settings(profile: HostProfile) -> WatchdogSettings:
+    return WatchdogSettings(
+        enabled=profile.vllm_watchdog,
+        interval_s=profile.vllm_watchdog_interval_s,
+        failures=profile.vllm_watchdog_failures,
+        max_restarts_per_hour=profile.vllm_watchdog_max_restarts_per_hour,
     )
 
 

@@ -123,7 +123,7 @@ class VllmPlan(_Plan):
     memory_high_bytes: int | None = None
     memory_swap_max_bytes: int | None = None
     cgroup_version: int = 2
-    systemd_version: int | None = None  # the unit uses only directives it has (hostkit.units.directives)
+    systemd_version: int | None = None  # the unit uses only directives it has (hostkit.desired.directives)
     host: str = _profile_default("vllm_host")
     port: int = _profile_default("vllm_port")
     served_model_name: str = ""
@@ -138,12 +138,23 @@ class VllmPlan(_Plan):
     memory_limit_unapplied: str | None = None
 
 
+class WatchdogSettings(_Plan):
+    """The health watchdog's judgement: how often it checks, after how many failures it
+    restarts vLLM, and its hourly cap."""
+
+    enabled: bool = _profile_default("vllm_watchdog")
+    interval_s: int = _profile_default("vllm_watchdog_interval_s")
+    failures: int = _profile_default("vllm_watchdog_failures")
+    max_restarts_per_hour: int = _profile_default("vllm_watchdog_max_restarts_per_hour")
+
+
 class HostPlan(_Plan):
     host: str
     nvme: NvmePlan | None
     swap: SwapPlan
     kernel: KernelPlan
     vllm: VllmPlan
+    watchdog: WatchdogSettings = WatchdogSettings()
     warnings: list[str] = Field(default_factory=list)  # something may go wrong: read before deploying
     notes: list[str] = Field(default_factory=list)  # why values are what they are
     # The container the host is ("systemd-nspawn", "lxc"...); None: a VM or bare metal. A

@@ -29,7 +29,7 @@ from hostkit.operations.monitoring import wanted_files
 from hostkit.operations.nvme_boot import stale_files
 from hostkit.operations.swap import swap_fstab_line, swap_state
 from hostkit.operations.vllm_service import ENV_FILE_STAT, memory_limit_problem, text_sha256
-from hostkit.operations.watchdog import SCRIPT_PATH, WATCHDOG_UNIT, WATCHDOG_UNIT_PATH, watchdog_plan
+from hostkit.desired.watchdog import watchdog_plan
 from hostkit.paths import (
     NVME_LABEL,
     NVME_SETTINGS_FILE,
@@ -39,13 +39,25 @@ from hostkit.paths import (
     VLLM_ENV_FILE,
     VLLM_UNIT,
     VLLM_UNIT_PATH,
+    WATCHDOG_SCRIPT_PATH,
+    WATCHDOG_UNIT,
+    WATCHDOG_UNIT_PATH,
 )
-from hostkit.plan.plans import HostPlan, KernelPlan, NvmePlan, SwapPlan, VllmPlan, left_to_host, nvme_lifecycle
+from hostkit.plan.plans import (
+    HostPlan,
+    KernelPlan,
+    NvmePlan,
+    SwapPlan,
+    VllmPlan,
+    WatchdogSettings,
+    left_to_host,
+    nvme_lifecycle,
+)
 from hostkit.sizes import MIB, format_size
 from hostkit.facts.kernel_log import KernelLog
 from hostkit.verify.probes import Probes, VllmProcess
 from hostkit.vllm.runtime import InstallTarget, driver_floor, driver_problem, release_matches
-from hostkit.units.vllm_unit import memory_directives, render_env, render_unit
+from hostkit.desired.vllm_unit import memory_directives, render_env, render_unit
 
 # /proc/swaps leaves out the page mkswap writes its header to (4 KiB, 64 KiB on some arm64).
 SWAP_SIZE_TOLERANCE = 1 * MIB
@@ -421,12 +433,12 @@ def _readiness_checks(plan: VllmPlan, probes: Probes, logs: str) -> list[CheckRe
     return results
 
 
-def watchdog_checks(profile: Any, plan: VllmPlan, probes: Probes, host: str) -> list[CheckResult]:
+def watchdog_checks(settings: WatchdogSettings, plan: VllmPlan, probes: Probes, host: str) -> list[CheckResult]:
     """The health watchdog: installed as the deploy renders it, enabled and running; absent
     when vllm_watchdog is false."""
     if not plan.enabled:
         return []
-    wanted = watchdog_plan(profile, plan)
+    wanted = watchdog_plan(settings, plan)
     current = probes.watchdog
     if current is None:
         return []  # not probed: the probe reads it whenever vLLM is planned
@@ -441,7 +453,7 @@ def watchdog_checks(profile: Any, plan: VllmPlan, probes: Probes, host: str) -> 
     enabled = current.unit.get("UnitFileState") or "unknown"
     return [
         _check("vllm", "health watchdog installed", files_ok,
-               f"{WATCHDOG_UNIT_PATH} and {SCRIPT_PATH} as hostkit renders them", files, redeploy(host)),
+               f"{WATCHDOG_UNIT_PATH} and {WATCHDOG_SCRIPT_PATH} as hostkit renders them", files, redeploy(host)),
         _check("vllm", "health watchdog active", current.active and current.enabled, "active/running, enabled",
                f"{state}, {enabled}",
                f"systemctl enable --now {WATCHDOG_UNIT}; read journalctl -u {WATCHDOG_UNIT}"),
@@ -558,7 +570,7 @@ def check_host(profile: Any, plan: HostPlan, snapshot: Any, probes: Probes) -> l
         *deadline_checks(snapshot.vllm),
         *vllm_checks(plan.vllm, snapshot.vllm, probes, host),
         *release_checks(profile, plan.vllm, getattr(snapshot, "vllm_release", None), snapshot.gpu, host),
-        *watchdog_checks(profile, plan.vllm, probes, host),
+        *watchdog_checks(plan.watchdog, plan.vllm, probes, host),
         *oom_checks(probes.ooms, plan.container),
         *monitoring_checks(profile, snapshot.monitoring, host),
     ]

@@ -25,7 +25,7 @@ from hostkit.remote import host_file
 from hostkit.facts.kernel_log import KILL_LINES, KernelLog, kernel_log_command, parse_kernel_log
 from hostkit.facts.parts import parse_int, split_on_marker
 from hostkit.facts.systemctl_show import SHOW_FUNCTIONS, parse_show
-from hostkit.operations.watchdog import WatchdogFact, WatchdogState
+from hostkit.facts.watchdog import WatchdogFact, WatchdogState
 from hostkit.paths import VLLM_UNIT
 from hostkit.plan.plans import VllmPlan
 from hostkit.vllm.readiness import Probe

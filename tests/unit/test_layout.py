@@ -43,7 +43,7 @@ LAYERS = (
     {"facts"},  # readers of a host
     {"profile"},  # the inventory's typed schema
     {"plan"},  # pure: profile and facts to a plan
-    {"units"},  # files rendered from a plan
+    {"desired"},  # the desired state from a plan: files as rendered, settings as wanted
     {"operations"},
     {"deploy"},
     {"fleet"},  # inventories, connections, facts of many hosts

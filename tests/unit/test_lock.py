@@ -18,6 +18,7 @@ from pyinfra.context import ctx_host
 
 from hostkit.facts.snapshot import SECTION_NAMES, HostSnapshot, MemoisedSnapshot
 from hostkit.operations import lock
+from tests.waiting import wait_for
 from hostkit.operations.lock import LockOwner, LockProbe, takeover
 
 
@@ -29,8 +30,8 @@ MARKER = f"hk-lock-test-{os.getpid()}"
 def lock_dir(tmp_path, monkeypatch):
     monkeypatch.setattr(lock, "LEFTOVER_MARKER", MARKER)
     directory = tmp_path / "run-vllm-hostkit"
-    monkeypatch.setattr(lock, "LOCK_DIR", str(directory))
-    monkeypatch.setattr(lock, "LOCK_PATH", str(directory / "deploy.lock"))
+    monkeypatch.setattr(lock, "DEPLOY_LOCK_DIR", str(directory))
+    monkeypatch.setattr(lock, "DEPLOY_LOCK_PATH", str(directory / "deploy.lock"))
     return directory
 
 
@@ -48,7 +49,11 @@ def orphan(seconds: float) -> int:
     """A process naming the marker whose parent is gone, like the commands of a killed run
     (a child of this test would count as the probe's own: pytest is the probe's ancestor)."""
     script = f"sh -c 'sleep {seconds}; : {MARKER} swap dd' > /dev/null 2>&1 & echo $!"
-    return int(run_sh(script)[0])
+    pid = int(run_sh(script)[0])
+    # Until its child has exec'd sleep, the child is a fork of sh that names the marker too.
+    wait_for(lambda: [c.cmdline()[:1] for c in psutil.Process(pid).children()] == [["sleep"]], 10,
+             "the orphan's sleep", interval=0.02, ignoring=psutil.Error)
+    return pid
 
 
 def running(pid: int) -> bool:
@@ -95,7 +100,7 @@ def test_probe_output_is_parsed_and_unexpected_output_refused():
 def test_a_live_holder_keeps_the_lock_and_the_refusal_names_it():
     decision = takeover(LockProbe(False, 30, owner().line()), stale_after_s=3600, alive=lambda o: True)
     assert not decision.allowed
-    assert decision.reason == (f"another hostkit deploy holds {lock.LOCK_PATH}: pid 4242 on controller ctl "
+    assert decision.reason == (f"another hostkit deploy holds {lock.DEPLOY_LOCK_PATH}: pid 4242 on controller ctl "
                                "(inventory host gpu-01), for 30s")
 
 

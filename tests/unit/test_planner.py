@@ -1,6 +1,6 @@
 import pytest
 
-from hostkit.units.vllm_unit import service_environment
+from hostkit.desired.vllm_unit import service_environment
 from hostkit.vllm import model_catalog
 from hostkit.vllm.model_catalog import ModelConfigError, spec_from_hf_config
 from hostkit.plan.planner import PlanError, plan_host

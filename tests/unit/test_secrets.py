@@ -15,7 +15,7 @@ from hostkit.plan.planning_facts import PlanningFacts
 from hostkit.profile.host_profile import SECRET_ENV, mask
 from hostkit.profile.validation import ProfileError, profile_from_data
 from hostkit.vllm.flags import RESERVED_OPTIONS
-from hostkit.units.vllm_unit import UnitError, render_env, render_unit
+from hostkit.desired.vllm_unit import UnitError, render_env, render_unit
 
 RUN = Path(__file__).parent / "fixtures" / "gpu" / "h200-serving"
 

@@ -9,8 +9,8 @@ import subprocess
 import pytest
 
 from hostkit.operations import vllm_service as ops
-from hostkit.units.directives import DIRECTIVES, fit_unit, support_for
-from hostkit.units.vllm_unit import render_unit, unit_notes
+from hostkit.desired.directives import DIRECTIVES, fit_unit, support_for
+from hostkit.desired.vllm_unit import render_unit, unit_notes
 from tests.unit.test_vllm_unit import PLAN, local_systemd_version, needs_systemd_analyze
 
 # Ubuntu 22.04 has 249, RHEL 9 252, Ubuntu 24.04 255; RHEL 8 239, Debian 11 247, 12 252, 13 257.

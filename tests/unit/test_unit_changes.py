@@ -1,8 +1,8 @@
-"""hostkit.units.changes: which unit file changes need a restart."""
+"""hostkit.desired.changes: which unit file changes need a restart."""
 
 from __future__ import annotations
 
-from hostkit.units.changes import UnitChange, unit_change, unit_directives
+from hostkit.desired.changes import UnitChange, unit_change, unit_directives
 
 UNIT = """\
 # Managed by vllm-hostkit

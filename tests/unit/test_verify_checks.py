@@ -21,7 +21,7 @@ from hostkit.vllm.readiness import Probe
 from hostkit.verify.checks import AREAS, check_host, kernel_checks, server_argv
 from hostkit.facts.kernel_log import KernelLog
 from hostkit.verify.probes import Probes, Readiness, parse_probes
-from hostkit.units.vllm_unit import render_env, render_unit
+from hostkit.desired.vllm_unit import render_env, render_unit
 from verify_replay import LAB_DATA, SECRET, probed_today, recorded, rendered_today
 
 SWAP = "/mnt/nvme/vllm-hostkit.swap"
@@ -328,7 +328,8 @@ def test_the_watchdog_is_checked_installed_and_active():
     assert "health watchdog installed" in failed(check_host(profile, plan, snapshot,
                                                             dataclasses.replace(probes, watchdog=edited)))
     off = profile.model_copy(update={"vllm_watchdog": False})
-    assert failed(check_host(off, plan, snapshot, probes))["no health watchdog"].endswith(
+    off_plan = plan.model_copy(update={"watchdog": plan.watchdog.model_copy(update={"enabled": False})})
+    assert failed(check_host(off, off_plan, snapshot, probes))["no health watchdog"].endswith(
         "(it removes the watchdog)")
 
 

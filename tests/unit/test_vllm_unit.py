@@ -31,7 +31,7 @@ from hostkit.operations import vllm_service as ops
 from hostkit.paths import VLLM_ENV_FILE, VLLM_UNIT_PATH
 from hostkit.plan.plans import VllmPlan
 from hostkit.vllm.readiness import Observation, Probe, probe_address, wait_until_ready
-from hostkit.units.vllm_unit import (
+from hostkit.desired.vllm_unit import (
     VERIFY_PATH,
     UnitError,
     config_word,

@@ -14,10 +14,15 @@ from pyinfra.context import ctx_host
 from tests.unit.op_host import OpHost
 from tests.waiting import wait_for
 from hostkit.remote import vllm_watchdog as wd
+from hostkit.desired import watchdog as desired
+from hostkit.facts.watchdog import WatchdogFact, WatchdogState
 from hostkit.operations import watchdog as op
+from hostkit.paths import WATCHDOG_SCRIPT_PATH, WATCHDOG_UNIT
+from hostkit.plan.planner import watchdog_settings
+from hostkit.plan.plans import WatchdogSettings
 from hostkit.operations.vllm_service import text_sha256, verify_problems
 from hostkit.profile.validation import profile_from_data
-from hostkit.units.vllm_unit import env_file_value
+from hostkit.desired.vllm_unit import env_file_value
 from tests.unit.test_standin import standins, start  # noqa: F401 (fixture)
 from tests.unit.test_vllm_unit import PLAN, local_systemd_version, needs_systemd_analyze
 
@@ -196,14 +201,14 @@ def test_probes_against_the_stand_in(standins, tmp_path, monkeypatch):  # noqa: 
 # -- plan, unit, operation ------------------------------------------------------------------
 
 
-def profile(**data):
-    return profile_from_data("h", {"vllm_model": "Qwen/Qwen2.5-0.5B-Instruct", **data})
+def settings(**data) -> WatchdogSettings:
+    return watchdog_settings(profile_from_data("h", {"vllm_model": "Qwen/Qwen2.5-0.5B-Instruct", **data}))
 
 
 def test_the_plan_follows_the_keys_and_names_no_secret():
-    plan = op.watchdog_plan(profile(vllm_watchdog_interval_s=3, vllm_watchdog_failures=2,
+    plan = desired.watchdog_plan(settings(vllm_watchdog_interval_s=3, vllm_watchdog_failures=2,
                                     vllm_watchdog_max_restarts_per_hour=1), PLAN)
-    assert plan.enabled and plan.script_text == op.script_text()
+    assert plan.enabled and plan.script_text == desired.script_text()
     exec_start = next(line for line in plan.unit_text.splitlines() if line.startswith("ExecStart="))
     assert exec_start == ("ExecStart=/usr/bin/python3 -I /usr/local/sbin/vllm-watchdog --unit vllm.service "
                           "--url http://127.0.0.1:8000 --model qwen-small --interval 3 --failures 2 "
@@ -211,9 +216,9 @@ def test_the_plan_follows_the_keys_and_names_no_secret():
                           "--lock-stale-after 3780")
     assert "vllm-hostkit" not in exec_start  # the deploy lock's leftover marker
     assert PLAN.api_key.get_secret_value() not in plan.unit_text
-    assert not op.watchdog_plan(profile(vllm_watchdog=False), PLAN).enabled
-    assert not op.watchdog_plan(profile(), PLAN.model_copy(update={"enabled": False})).enabled
-    old = op.watchdog_plan(profile(), PLAN.model_copy(update={"systemd_version": 239})).unit_text
+    assert not desired.watchdog_plan(settings(vllm_watchdog=False), PLAN).enabled
+    assert not desired.watchdog_plan(settings(), PLAN.model_copy(update={"enabled": False})).enabled
+    old = desired.watchdog_plan(settings(), PLAN.model_copy(update={"systemd_version": 239})).unit_text
     assert "\nType=simple\n" in old and "\nProtectHostname=yes\n" not in old
 
 
@@ -221,43 +226,43 @@ def test_the_plan_follows_the_keys_and_names_no_secret():
 def test_systemd_analyze_verify_accepts_the_watchdog_unit(tmp_path):
     if shutil.which("python3") is None or not __import__("os").path.exists("/usr/bin/python3"):
         pytest.skip("no /usr/bin/python3")
-    plan = op.watchdog_plan(profile(), PLAN.model_copy(update={"systemd_version": local_systemd_version()}))
-    unit = tmp_path / op.WATCHDOG_UNIT
+    plan = desired.watchdog_plan(settings(), PLAN.model_copy(update={"systemd_version": local_systemd_version()}))
+    unit = tmp_path / WATCHDOG_UNIT
     unit.write_text(plan.unit_text)
     result = subprocess.run(["systemd-analyze", "verify", str(unit)], capture_output=True, text=True)
     lines = (result.stdout + result.stderr).splitlines()
-    assert verify_problems(result.returncode == 0, lines, str(unit), op.WATCHDOG_UNIT) == [], lines
+    assert verify_problems(result.returncode == 0, lines, str(unit), WATCHDOG_UNIT) == [], lines
 
 
-def installed(plan: op.WatchdogPlan, **unit) -> op.WatchdogState:
-    return op.WatchdogState(text_sha256(plan.unit_text), text_sha256(plan.script_text),
+def installed(plan: desired.WatchdogPlan, **unit) -> WatchdogState:
+    return WatchdogState(text_sha256(plan.unit_text), text_sha256(plan.script_text),
                             {"LoadState": "loaded", "ActiveState": "active", "SubState": "running",
                              "UnitFileState": "enabled", "NeedDaemonReload": "no", **unit})
 
 
-def commands(plan: op.WatchdogPlan, current: op.WatchdogState) -> list:
-    fake = OpHost({}, facts={op.WatchdogFact: current})
+def commands(plan: desired.WatchdogPlan, current: WatchdogState) -> list:
+    fake = OpHost({}, facts={WatchdogFact: current})
     with ctx_host.use(fake):
         return list(op.vllm_watchdog._inner(plan=plan))
 
 
 def test_operation_converged_yields_nothing_and_changes_only_what_differs():
-    plan = op.watchdog_plan(profile(), PLAN)
+    plan = desired.watchdog_plan(settings(), PLAN)
     assert commands(plan, installed(plan)) == []
-    fresh = commands(plan, op.WatchdogState(None, None, {"LoadState": "not-found"}))
+    fresh = commands(plan, WatchdogState(None, None, {"LoadState": "not-found"}))
     uploads = [c for c in fresh if isinstance(c, FileUploadCommand)]
-    assert [u.dest for u in uploads] == [op.WATCHDOG_VERIFY_PATH, f"{op.SCRIPT_PATH}.new"]
+    assert [u.dest for u in uploads] == [op.WATCHDOG_VERIFY_PATH, f"{WATCHDOG_SCRIPT_PATH}.new"]
     assert any(isinstance(c, FunctionCommand) for c in fresh)  # systemd-analyze verify first
     assert "systemctl restart vllm-hostkit-watchdog.service" in str(fresh[-1])
     stopped = commands(plan, installed(plan, ActiveState="inactive"))
     assert len(stopped) == 1 and "systemctl restart" in str(stopped[0])
-    assert commands(op.WatchdogPlan(False), op.WatchdogState(None, None, {})) == []
-    removal = commands(op.WatchdogPlan(False), installed(plan))
+    assert commands(desired.WatchdogPlan(False), WatchdogState(None, None, {})) == []
+    removal = commands(desired.WatchdogPlan(False), installed(plan))
     assert len(removal) == 1 and "disable --now vllm-hostkit-watchdog.service" in str(removal[0])
 
 
 def test_fact_parses_its_command_output():
-    state = op.WatchdogFact().process(["unit_sha256=abc", "script_sha256=", "ActiveState=active",
+    state = WatchdogFact().process(["unit_sha256=abc", "script_sha256=", "ActiveState=active",
                                        "UnitFileState=enabled"])
     assert state.unit_sha256 == "abc" and state.script_sha256 is None and state.active and state.enabled
 

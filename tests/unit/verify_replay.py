@@ -19,12 +19,12 @@ from hostkit.plan.snapshot_facts import planning_facts
 from hostkit.operations.kernel import render_sysctl_file, render_thp_unit
 from hostkit.operations.nvme_boot import wanted_files
 from hostkit.operations.vllm_service import text_sha256
-from hostkit.operations.watchdog import watchdog_plan
+from hostkit.desired.watchdog import watchdog_plan
 from hostkit.plan.planner import plan_host
 from hostkit.paths import NVME_LABEL
 from hostkit.profile.validation import profile_from_data
 from hostkit.verify.probes import MARKER as PROBE_MARKER
-from hostkit.units.vllm_unit import render_env, render_unit
+from hostkit.desired.vllm_unit import render_env, render_unit
 
 FIXTURES = Path(__file__).parent / "fixtures" / "verify"
 SECRET = "lab-secret-not-for-production"
@@ -113,7 +113,7 @@ def probed_today(probe: list[str]) -> list[str]:
     profile = profile_from_data("lab1", LAB_DATA)
     plan = plan_host(profile, planning_facts(HostSnapshotFact().process(
         storage_today(recorded("debian12-converged.snapshot.txt")))))
-    wanted = watchdog_plan(profile, plan.vllm)
+    wanted = watchdog_plan(plan.watchdog, plan.vllm)
     section = [f"{PROBE_MARKER}watchdog@@", f"unit_sha256={text_sha256(wanted.unit_text)}",
                f"script_sha256={text_sha256(wanted.script_text)}", "LoadState=loaded", "ActiveState=active",
                "SubState=running", "UnitFileState=enabled", "NeedDaemonReload=no"]

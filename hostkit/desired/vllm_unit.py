@@ -13,7 +13,7 @@ import re
 from hostkit import templates
 from hostkit.paths import VLLM_ENV_FILE, VLLM_UNIT
 from hostkit.plan.plans import VllmPlan
-from hostkit.units.directives import fit_unit
+from hostkit.desired.directives import fit_unit
 
 # Rendered units are checked here, under their real name, before they replace the installed one.
 VERIFY_DIR = "/run/vllm-hostkit/verify"
