@@ -26,7 +26,7 @@ from hostkit.plan.scope import snapshot_scope
 from hostkit.facts.snapshot import HostSnapshotFact  # noqa: E402
 from hostkit.plan.snapshot_facts import planning_facts  # noqa: E402
 from hostkit.plan.planner import PlanError, plan_host  # noqa: E402
-from hostkit.profile.host_profile import profile_from_data  # noqa: E402
+from hostkit.profile.validation import profile_from_data  # noqa: E402
 
 # No swap and no NVMe: this checks GPU memory only, on a machine hostkit does not manage.
 BASE_DATA = {"vllm_model": "Qwen/Qwen2.5-7B-Instruct", "swap_enabled": False}

@@ -72,7 +72,7 @@ $HK doctor /tmp/inv-vllm.py; echo "exit $?"
 step "plan from this host's real facts with the driver set below vLLM 0.33.0's CUDA 13.0 floor"
 python3 - <<'EOF' > "$OUT/facts.json"
 import json
-from hostkit.plan.snapshot_facts import gather_planning_facts
+from hostkit.fleet.planning import gather_planning_facts
 facts = {name: fact.model_dump(mode="json") for name, fact in gather_planning_facts("/tmp/inv-vllm.py", None).items()}
 print(json.dumps(facts, indent=1))
 EOF
