@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from hostkit.plan.scope import snapshot_scope
 from hostkit.facts.kernel import KernelFact, KernelState
 from hostkit.verify.checks import kernel_checks
 from hostkit.paths import SYSCTL_FILE, THP_UNIT
@@ -24,7 +25,7 @@ REBOOT_TIMEOUT_S = 1200
 
 
 def kernel_state(lab_host) -> KernelState:
-    return KernelFact().process(lab_host.ssh(KernelFact().command(), check=True).stdout.splitlines())
+    return KernelFact().process(lab_host.ssh(KernelFact().command(snapshot_scope()), check=True).stdout.splitlines())
 
 
 def live(lab_host, path: str) -> str:
