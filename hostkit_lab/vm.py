@@ -62,11 +62,15 @@ class VmHost(LabHost):
 
     def start(self) -> None:
         image = base_image(self.os)
-        # nvme_core.io_timeout: on a loaded lab machine a write to the emulated NVMe can wait behind
-        # the machine's own writeback for longer than Linux's 30 s default; the guest then aborts,
-        # resets and disables the controller (CI, 2026-12-04: swap dd, EIO, filesystem read-only).
+        # The emulated NVMe (qemu 7.2) now and then stops answering a queue: its requests never
+        # complete (CI, 2026-12-04, a boot: I/O 401-411 outstanding for 1200 s, until a controller
+        # reset at io_timeout=600). A reset recovers it: the driver resubmits what was cancelled.
+        # io_timeout=60 gets there in 2 x 60 s (abort, then reset) and still lets a write wait a
+        # minute behind the lab machine's writeback; admin_timeout gives the reset's own commands
+        # 5 minutes on a loaded machine (with the defaults, 30 s and 60 s, a reset under load
+        # ended with the controller disabled: swap dd EIO, filesystem read-only).
         append = (f"root=/dev/vda rw console=ttyS0 net.ifnames=0 systemd.hostname={self.name}"
-                  " nvme_core.io_timeout=600")
+                  " nvme_core.io_timeout=60 nvme_core.admin_timeout=300")
         if self.cgroup == "v1":
             append += " systemd.unified_cgroup_hierarchy=0"
         read_only = [arg for disk in self.disks for arg in ("-drive", f"file={disk},if=virtio,format=raw,readonly=on")]
