@@ -61,7 +61,28 @@ def device_runs(records: list[dict]) -> str:
     return "\n".join(lines)
 
 
-PAGES = {"ci-run": ("ci-runs.md", ci_runs), "device-run": ("device-runs.md", device_runs)}
+NVME_BOOT_COLUMNS = (("ssh", "to ssh"), ("swap", "to swap on"), ("guest_sshd", "sshd up (guest)"),
+                     ("guest_unit_done", "NVMe unit done (guest)"))
+
+
+def nvme_boots(records: list[dict]) -> str:
+    """The instance-store boot test's figures, from each CI run that printed them."""
+    lines = [HEADER, "# Boots with instance-store NVMe (lab VM, qemu TCG)\n",
+             "tests/e2e/test_swap.py boots one VM four ways. Seconds from qemu's start to ssh and to the",
+             "swap file active (measured from the lab machine), and what systemd recorded in the guest",
+             "(seconds since its kernel started); - : never, as planned.\n",
+             "| date | commit | boot | " + " | ".join(title for _, title in NVME_BOOT_COLUMNS) + " |",
+             "|---|---|---|" + "---|" * len(NVME_BOOT_COLUMNS)]
+    for record in sorted(records, key=lambda r: (r["date"], r["commit"])):
+        for figure in record["figures"]:
+            if figure.get("test") == "nvme boot":
+                values = ["-" if figure.get(key) is None else f"{figure[key]:.1f}" for key, _ in NVME_BOOT_COLUMNS]
+                lines.append(f"| {record['date']} | {record['commit']} | {figure['case']} | " + " | ".join(values) + " |")
+    return "\n".join(lines) + "\n"
+
+
+PAGES = {"ci-run": [("ci-runs.md", ci_runs), ("nvme-boots.md", nvme_boots)],
+         "device-run": [("device-runs.md", device_runs)]}
 
 
 def pages() -> dict[str, str]:
@@ -70,7 +91,7 @@ def pages() -> dict[str, str]:
         record = json.loads(path.read_text())
         if record.get("kind") in PAGES:
             by_kind.setdefault(record["kind"], []).append(record)
-    return {PAGES[kind][0]: PAGES[kind][1](records) for kind, records in by_kind.items()}
+    return {name: write(records) for kind, records in by_kind.items() for name, write in PAGES[kind]}
 
 
 def main() -> int:
