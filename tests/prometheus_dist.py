@@ -11,19 +11,23 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import tempfile
+import threading
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from hostkit_lab.apt import apt_get
 from tests.net import free_port
 
 PACKAGE = "prometheus"
+RULES = Path(__file__).resolve().parents[1] / "hostkit" / "monitoring" / "alerts.rules.yml"
 UNPACK_TIMEOUT_S = 120
 
 
@@ -81,3 +85,42 @@ def api(base: str, path: str, **params) -> dict:
     url = f"{base}/api/v1/{path}" + (f"?{urllib.parse.urlencode(params)}" if params else "")
     with urllib.request.urlopen(url, timeout=10) as answer:
         return json.load(answer)["data"]
+
+
+def shortened_rules(directory: Path, for_s: int = 10) -> Path:
+    """The shipped rules with each `for:` shortened to `for_s`: expressions and thresholds as shipped."""
+    rules = directory / "alerts.rules.yml"
+    rules.write_text(re.sub(r"(?m)^(\s+for:) \S+$", rf"\1 {for_s}s", RULES.read_text()))
+    return rules
+
+
+def firing(base: str, name: str) -> dict | None:
+    """The alert `name` if it is firing on the server at `base`."""
+    return next((alert for alert in api(base, "alerts")["alerts"]
+                 if alert["labels"]["alertname"] == name and alert["state"] == "firing"), None)
+
+
+@contextmanager
+def exposition_served(text: str) -> Iterator[str]:
+    """`text` (a Prometheus text exposition, as a host's collector wrote it) at a loopback URL."""
+    body = text.encode()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", free_port()), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}/metrics"
+    finally:
+        server.shutdown()
+        server.server_close()

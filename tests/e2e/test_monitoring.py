@@ -15,7 +15,6 @@ thresholds are the shipped ones.
 from __future__ import annotations
 
 import json
-import re
 import shlex
 import statistics
 import time
@@ -33,7 +32,7 @@ from hostkit.fleet.pyinfra_runner import run_pyinfra
 from tests.e2e.conftest import MAIN_DEPLOY, REPO, lab_data, lab_inventory
 from tests.e2e.test_doctor_smoke import forwarded, hostkit
 from tests.e2e.vllm_unit import sh
-from tests.prometheus_dist import api, prometheus_server
+from tests.prometheus_dist import api, firing, prometheus_server, shortened_rules
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.lab
@@ -50,7 +49,6 @@ MONITOR_DATA = {
     "monitoring_node_exporter": True,
     "monitoring_interval_s": 5,
 }
-RULES = REPO / "hostkit" / "monitoring" / "alerts.rules.yml"
 COLLECTOR_ARGS = ("--textfile-dir /tmp/hostkit-cost --unit vllm.service --interval 5 "
                   "--health-url http://127.0.0.1:8000/health --state-dir /tmp/hostkit-cost")
 
@@ -163,8 +161,7 @@ def prometheus(tmp_path: Path, host_name: str, targets: dict[str, str]):
     Not every 2 s: the scrape timeout is at most the interval. In CI under load (2026-12-02) the
     node target's series went stale and no alert fired; the likely cause, not yet measured, is a
     lab host's node_exporter taking over 2 s to answer through the ssh forward."""
-    rules = tmp_path / "alerts.rules.yml"
-    rules.write_text(re.sub(r"(?m)^(\s+for:) \S+$", r"\1 10s", RULES.read_text()))
+    rules = shortened_rules(tmp_path)
     config = json.dumps({
         "global": {"scrape_interval": "5s", "scrape_timeout": "5s", "evaluation_interval": "2s"},
         "rule_files": [str(rules)],
@@ -181,11 +178,6 @@ def prometheus(tmp_path: Path, host_name: str, targets: dict[str, str]):
 def last_scrapes(base: str) -> list[tuple]:
     return [(t["labels"]["job"], t["health"], t["lastScrapeDuration"], t["lastError"])
             for t in api(base, "targets")["activeTargets"]]
-
-
-def firing(base: str, name: str) -> dict | None:
-    return next((alert for alert in api(base, "alerts")["alerts"]
-                 if alert["labels"]["alertname"] == name and alert["state"] == "firing"), None)
 
 
 def test_alerts_fire_on_a_memory_overrun_in_the_unit(monitored, tmp_path):

@@ -20,6 +20,7 @@ from hostkit.monitoring import collector_source
 from hostkit.operations.nvme_boot import NVME_WAIT_S
 
 from tests.e2e.lab_shell import sh
+from tests.prometheus_dist import exposition_served, firing, prometheus_server, shortened_rules
 from tests.waiting import wait_for
 
 DEPLOY = Path(__file__).parent / "deploys" / "swap_only.py"
@@ -331,6 +332,21 @@ def unit_journal(lab_host) -> str:
     return sh(lab_host, f"journalctl -b --no-pager -o cat -u {UNIT}")
 
 
+def alert_on_collected_metrics(lab_host, directory: Path, name: str) -> dict:
+    """The alert `name` firing in a real Prometheus with the shipped rules (`for:` shortened),
+    scraping what the collector last wrote on the host."""
+    text = sh(lab_host, "cat /run/hk-metrics/hostkit.prom")
+    with exposition_served(text) as url:
+        config = json.dumps({
+            "global": {"scrape_interval": "2s", "scrape_timeout": "2s", "evaluation_interval": "2s"},
+            "rule_files": [str(shortened_rules(directory))],
+            "scrape_configs": [{"job_name": "node", "static_configs": [
+                {"targets": [url.split("/")[2]], "labels": {"instance": f"{lab_host.name}:9100"}}]}],
+        })
+        with prometheus_server(directory, config) as base:
+            return wait_for(lambda: firing(base, name), 120, f"{name} firing", interval=2, ignoring=OSError)
+
+
 def planned_absent_metric(lab_host) -> str:
     """hostkit's collector, run once on the host against its real state."""
     sh(lab_host, f"printf %s {shlex.quote(collector_source())} > /run/collector.py && python3 -I -S /run/collector.py"
@@ -340,7 +356,7 @@ def planned_absent_metric(lab_host) -> str:
 
 
 @pytest.mark.slow
-def test_swap_comes_back_at_boot_by_itself_and_a_foreign_disk_is_left_alone(shared_lab_host, run_deploy):
+def test_swap_comes_back_at_boot_by_itself_and_a_foreign_disk_is_left_alone(shared_lab_host, run_deploy, tmp_path):
     host = shared_lab_host
     run = deploy(run_deploy, host)
     assert run.ok, run.output
@@ -396,6 +412,8 @@ def test_swap_comes_back_at_boot_by_itself_and_a_foreign_disk_is_left_alone(shar
     assert sh(host, "blkid -p -o value -s LABEL -s UUID /dev/nvme0n1").split() == ["userdata", foreign_uuid]
     assert sh(host, "findmnt -n /mnt/nvme || true").strip() == ""
     assert planned_absent_metric(host).endswith(f'hostkit_swap_planned_absent{{path="{SWAP}"}} 1')
+    alert = alert_on_collected_metrics(host, tmp_path, "HostkitSwapPlannedAbsent")
+    assert alert["labels"]["path"] == SWAP and "journalctl -b -u vllm-hostkit-nvme.service" in alert["annotations"]["summary"]
     # vLLM starts without that swap.
     assert vllm_starts(host)
     report("foreign disk", foreign)
