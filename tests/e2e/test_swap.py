@@ -204,8 +204,16 @@ held = []
 while swapped_mib() < 300 and len(held) < 64:
     held.append(bytes([1]) * (32 << 20))
     time.sleep(0.05)
-while held and meminfo_mib("MemAvailable") < 450:
-    held.pop()
+# Settle where a deploy can run (450 MiB available) and RAM still cannot take the swapped pages
+# back with swapoff's 256 MiB margin, 64 MiB to spare: freeing a chunk can free swapped pages too.
+for _ in range(300):
+    available, swapped = meminfo_mib("MemAvailable"), swapped_mib()
+    if available < 450 and held:
+        held.pop()
+    elif swapped + 256 <= available + 64 and len(held) < 72:
+        held.append(bytes([1]) * (32 << 20))
+    else:
+        break
     time.sleep(0.2)
 open("{PUSHER_READY}", "w").close()
 time.sleep(3600)
