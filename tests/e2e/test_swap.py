@@ -205,7 +205,7 @@ while swapped_mib() < 300 and len(held) < 64:
     held.append(bytes([1]) * (32 << 20))
     time.sleep(0.05)
 # Settle where a deploy can run (450 MiB available) and RAM still cannot take the swapped pages
-# back with swapoff's 256 MiB margin, 64 MiB to spare: freeing a chunk can free swapped pages too.
+# back with the 256 MiB margin of swapoff, 64 MiB to spare: freeing a chunk can free swapped pages too.
 for _ in range(300):
     available, swapped = meminfo_mib("MemAvailable"), swapped_mib()
     if available < 450 and held:
