@@ -1,9 +1,8 @@
-"""Lab VMs: qcow2 overlays on the cached base image, booted with qemu (TCG) and reached by ssh."""
+"""Lab VMs: a qcow2 overlay on the cached base image and raw NVMe disks, booted with qemu (TCG) and reached by ssh."""
 
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import time
@@ -58,7 +57,7 @@ class VmHost(LabHost):
         image = base_image(self.os)
         subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", "-F", "raw", "-b", str(image.root_disk),
                         str(self.path / "root.qcow2")], check=True)
-        _create_blank(self.path / "nvme.qcow2")
+        _create_blank(self.path / "nvme.raw")
 
     def start(self) -> None:
         image = base_image(self.os)
@@ -95,14 +94,14 @@ class VmHost(LabHost):
     def _nvme_args(self) -> list[str]:
         if self.nvme_detached:
             return []
-        disks = [("nvm", "nvme.qcow2", f"hostkit-{self.name}")]
+        disks = [("nvm", "nvme.raw", f"hostkit-{self.name}")]
         if self.second_nvme:
-            disks.append(("nvm2", "nvme2.qcow2", f"hostkit-{self.name}-2"))
+            disks.append(("nvm2", "nvme2.raw", f"hostkit-{self.name}-2"))
         if self.nvme_order_swapped:
             disks.reverse()
         args = []
         for drive, image, serial in disks:
-            args += ["-drive", f"file={self.path / image},if=none,id={drive},format=qcow2,cache=unsafe",
+            args += ["-drive", f"file={self.path / image},if=none,id={drive},format=raw,cache=unsafe",
                      "-device", f"nvme,drive={drive},serial={serial}"]
         return args
 
@@ -110,7 +109,7 @@ class VmHost(LabHost):
         """Attach a second blank NVMe disk from the next start."""
         if self.pid is not None:
             raise RuntimeError(f"{self.name}: stop the host before adding a disk")
-        _create_blank(self.path / "nvme2.qcow2", preallocation="falloc")
+        _create_blank(self.path / "nvme2.raw")
         self.second_nvme = True
 
     def reboot(self, timeout: float = BOOT_TIMEOUT_S) -> None:
@@ -145,24 +144,21 @@ class VmHost(LabHost):
         """Replace the NVMe disk with a blank one, as an instance-store disk after stop/start."""
         if self.pid is not None:
             raise RuntimeError(f"{self.name}: stop the host before blanking its NVMe disk")
-        _create_blank(self.path / "nvme.qcow2", preallocation="falloc")
+        _create_blank(self.path / "nvme.raw")
 
     def copy_second_nvme_to_first(self) -> None:
         """The first NVMe disk gets the second one's contents (say, someone else's filesystem)."""
         if self.pid is not None or not self.second_nvme:
             raise RuntimeError(f"{self.name}: stop the host, which needs a second NVMe disk, first")
-        shutil.copyfile(self.path / "nvme2.qcow2", self.path / "nvme.qcow2")
+        subprocess.run(["cp", "--sparse=always", str(self.path / "nvme2.raw"), str(self.path / "nvme.raw")], check=True)
 
 
-def _create_blank(path: Path, preallocation: str = "metadata") -> None:
+def _create_blank(path: Path) -> None:
     path.unlink(missing_ok=True)
-    # preallocation=metadata: on a qcow2 without it, qemu 7.2's NVMe controller lost requests
-    # during the first writes (mkfs, the first swap dd): 30 to 75 I/O timeouts, then EIO or the
-    # device gone; 2 of 3 fresh images on an idle machine, in either cache mode. With it, none
-    # (2 of 2), and the first 1 GiB dd took 19-23 s instead of 112 s (2026-12-01). Still, a
-    # boot that formatted a fresh image and wrote its swap file while two NVMe controllers and
-    # the boot shared the guest saw the same timeouts, then the controller disabled
-    # (2026-12-04): a disk blanked between boots is "falloc" (its clusters allocated on the
-    # controller's disk, 8 GiB of space, no writes), so a guest's first writes allocate nothing.
-    subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", "-o", f"preallocation={preallocation}", str(path),
-                    NVME_SIZE], check=True)
+    # Raw and sparse: the controller's own filesystem allocates what a guest writes, with no
+    # image format between. On qcow2 images qemu 7.2's NVMe controller lost requests: without
+    # preallocation during the first writes (2 of 3 fresh images, 2026-12-01); with
+    # preallocation=metadata or falloc during a boot that formatted a blank disk and wrote its
+    # swap file beside a second controller (CI 2026-12-04 and of 38dbd7f: "QID n timeout",
+    # abort, reset, controller disabled, ext4 read-only).
+    subprocess.run(["qemu-img", "create", "-q", "-f", "raw", str(path), NVME_SIZE], check=True)

@@ -5,7 +5,7 @@
   memory limits and OOM kills) or a container (systemd-nspawn, systemd only, native speed).
   A module says which it needs in `HOST_KIND` ("vm" unless it says "container"); the
   fixtures below start hosts of that kind.
-- `lab_host`: a fresh host per test (a qcow2 overlay: seconds plus a boot), removed afterwards.
+- `lab_host`: a fresh host per test (a qcow2 overlay and a sparse raw NVMe disk: seconds plus a boot), removed afterwards.
 - `shared_lab_host`: one fresh host per module, shared by that module's tests.
 - `main_host`: a fresh VM with the vLLM stand-in, shared by the modules in MAIN_HOST_MODULES:
   test_main_deploy.py provisions it, the modules after it deploy their own data on it.
