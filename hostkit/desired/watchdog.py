@@ -12,7 +12,7 @@ from hostkit.desired.directives import fit_unit
 from hostkit.desired.vllm_unit import exec_line
 from hostkit.paths import VLLM_UNIT, WATCHDOG_SCRIPT_PATH, WATCHDOG_STATE_DIRECTORY
 from hostkit.plan.plans import VllmPlan, WatchdogSettings
-from hostkit.remote import host_file
+from hostkit.remote import host_file, host_program
 from hostkit.vllm.readiness import probe_address
 
 PYTHON = "/usr/bin/python3"
@@ -30,7 +30,7 @@ class WatchdogPlan:
 
 
 def script_text() -> str:
-    return host_file("vllm_watchdog.py")
+    return host_program(host_file("vllm_watchdog.py"), "http_request.py")
 
 
 def watchdog_argv(settings: WatchdogSettings, vllm: VllmPlan) -> list[str]:

@@ -11,6 +11,8 @@ from __future__ import annotations
 import posixpath
 from importlib import resources
 
+from hostkit.remote import host_program
+
 COLLECTOR_PATH = "/usr/local/lib/vllm-hostkit/monitoring-collector.py"
 SERVICE = "vllm-hostkit-monitor.service"
 TIMER = "vllm-hostkit-monitor.timer"
@@ -42,7 +44,8 @@ def package_file(name: str) -> str:
 
 
 def collector_source() -> str:
-    return package_file("collector.py")
+    """The collector as installed: one file, with hostkit's HTTP client in it."""
+    return host_program(package_file("collector.py"), "http_request.py")
 
 
 def textfile_path(textfile_dir: str) -> str:

@@ -43,14 +43,18 @@ mode 0644; read by hostkit doctor and by monitoring):
 from __future__ import annotations
 
 import argparse
-import http.client
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
-import urllib.parse
 from dataclasses import dataclass, field
+
+try:
+    from hostkit.remote.http_request import api_key_from_env_file, http_request
+except ImportError:  # on the host, where the installed script holds their text before this
+    pass
 
 STATE_PATH = "/var/lib/vllm-hostkit/watchdog.json"
 ENV_FILE = "/etc/vllm-hostkit/vllm.env"
@@ -223,55 +227,25 @@ def decide(state: dict, seen: Seen, now: float, config: Config) -> Decision:
 # -- the host side: probes, systemctl, files ---------------------------------------------------
 
 
-def read_api_key(path: str = ENV_FILE) -> str | None:
-    """VLLM_API_KEY from the environment file hostkit writes (double-quoted, \\-escaped)."""
+def http_probe(config: Config, path: str, timeout_s: float, body: dict | None = None,
+               api_key: str | None = None) -> ProbeResult:
     try:
-        with open(path) as env_file:
-            lines = env_file.read().splitlines()
-    except OSError:
-        return None
-    for line in lines:
-        name, sep, value = line.partition("=")
-        if sep and name.strip() == "VLLM_API_KEY":
-            value = value.strip()
-            if len(value) >= 2 and value[0] == value[-1] == '"':
-                value = value[1:-1]
-                unescaped, chars = [], iter(value)
-                for char in chars:
-                    unescaped.append(next(chars, "") if char == "\\" else char)
-                value = "".join(unescaped)
-            return value or None
-    return None
-
-
-def http_probe(config: Config, what: str, method: str, path: str, timeout_s: float,
-               body: dict | None = None, api_key: str | None = None) -> ProbeResult:
-    address = urllib.parse.urlsplit(config.url)
-    connection = http.client.HTTPConnection(address.hostname, address.port or 80, timeout=timeout_s)
-    headers = {"Content-Type": "application/json"} if body is not None else {}
-    if api_key:
-        headers["Authorization"] = f"Bearer {api_key}"
-    try:
-        connection.request(method, path, body=None if body is None else json.dumps(body), headers=headers)
-        response = connection.getresponse()
-        response.read()
-    except (OSError, http.client.HTTPException) as error:
-        timed_out = isinstance(error, TimeoutError) or "timed out" in str(error)
+        status, _ = http_request(config.url + path, api_key, body, timeout_s)
+    except OSError as error:
+        timed_out = isinstance(error, socket.timeout) or "timed out" in str(error)
         detail = f"no answer in {timeout_s:.0f}s (timed out)" if timed_out else f"no answer ({error})"
-        return ProbeResult(what, False, False, detail)
-    finally:
-        connection.close()
-    return ProbeResult(what, True, response.status == 200, f"HTTP {response.status}")
+        return ProbeResult(path, False, False, detail)
+    return ProbeResult(path, True, status == 200, f"HTTP {status}")
 
 
 def probe_health(config: Config) -> ProbeResult:
-    return http_probe(config, "/health", "GET", "/health", config.health_timeout_s)
+    return http_probe(config, "/health", config.health_timeout_s)
 
 
 def probe_completion(config: Config) -> ProbeResult:
     body = {"model": config.model, "prompt": "ping", "max_tokens": 1}
-    return http_probe(config, "/v1/completions", "POST", "/v1/completions", config.completion_timeout_s,
-                      body=body, api_key=read_api_key(ENV_FILE))
+    return http_probe(config, "/v1/completions", config.completion_timeout_s, body=body,
+                      api_key=api_key_from_env_file(ENV_FILE))
 
 
 def unit_status(unit: str) -> UnitStatus:

@@ -23,17 +23,17 @@ from typing import Any
 from hostkit.fleet.connectors import is_local, ssh_address, uses_ssh
 from hostkit.operations.callbacks import connector_arguments
 from hostkit.profile.host_profile import HostProfile
+from hostkit.remote import host_program
 from hostkit.rollout import probe as probe_module
 from hostkit.rollout.pyinfra_batch import limit_args
 from hostkit.rollout.report import RELEASE_CHECK, GateCheck, GateResult
-from hostkit.vllm import http_request as http_request_module
 from hostkit.vllm.readiness import probe_address
 
 
 def host_source(module) -> str:
     """A standard-library module of this package (probe.py, idle.py) as a host runs it: after
-    the text of hostkit.vllm.http_request, which on the controller the module imports."""
-    return "\n".join(Path(source.__file__).read_text() for source in (http_request_module, module))
+    the text of hostkit.remote.http_request, which on the controller the module imports."""
+    return host_program(Path(module.__file__).read_text(), "http_request.py")
 
 
 PROBE_SOURCE = host_source(probe_module)

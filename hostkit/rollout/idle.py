@@ -11,7 +11,7 @@ import sys
 import time
 
 try:
-    from hostkit.vllm.http_request import http_request
+    from hostkit.remote.http_request import http_request
 except ImportError:  # on a host, where SOURCE holds http_request's text before this file's
     pass
 

@@ -6,7 +6,6 @@ request starts (each request also has its own timeout). Requests go only to the 
 
 from __future__ import annotations
 
-import http.client
 import json
 import threading
 import time
@@ -14,7 +13,7 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from hostkit.vllm.http_request import http_request
+from hostkit.remote.http_request import http_request
 
 DEFAULT_PROMPT = (
     "Explain in a few paragraphs how an operating system decides which memory pages to move to swap, "
@@ -101,7 +100,7 @@ def _one(base: str, model: str, prompt: str, max_tokens: int, api_key: str | Non
     started = time.monotonic()
     try:
         status, body = http_request(f"{base}/v1/completions", api_key, payload, timeout)
-    except (OSError, http.client.HTTPException) as error:  # refused, reset, timed out, cut short
+    except OSError as error:  # refused, reset, timed out, cut short
         reason = getattr(error, "reason", None) or error
         return RequestResult(started - t0, time.monotonic() - started, False, None, f"{type(error).__name__}: {reason}")
     seconds = time.monotonic() - started

@@ -16,16 +16,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from hostkit.remote import host_file
+from hostkit.remote import host_file, host_program
 from hostkit.paths import PLATFORM_PYTHON, VLLM_ENV_FILE
 
 PROBE_TIMEOUT_S = 5
 
-# Plain sockets and `python3 -I -S`: importing urllib.request (and site) costs more than the
-# whole probe on a slow host, and this runs in every snapshot. HTTP/1.0 with
-# `Connection: close` lets the answer end at EOF; uvicorn's httptools backend may still
-# chunk a body that has no Content-Length. The program: hostkit/remote/readiness_probe.py.
-_PROBE_SCRIPT = f"TIMEOUT = {PROBE_TIMEOUT_S}\n" + host_file("readiness_probe.py")
+# The program: hostkit/remote/readiness_probe.py, with hostkit's HTTP client before it.
+_PROBE_SCRIPT = host_program(f"TIMEOUT = {PROBE_TIMEOUT_S}\n" + host_file("readiness_probe.py"), "http_request.py")
 
 
 def probe_address(bind_host: str) -> str:

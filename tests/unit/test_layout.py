@@ -38,7 +38,8 @@ def test_host_names_sit_at_the_bottom():
 # flows one way, inventory -> profile -> plan -> desired state -> operation or verify.
 LAYERS = (
     # names, sizes, exit codes; host-side files; hostkit.templates(), the Jinja environment
-    {"paths", "sizes", "exit_codes", "remote", "templates", "monitoring"},
+    {"paths", "sizes", "exit_codes", "remote", "templates"},
+    {"monitoring"},  # the collector (a host program, with remote's HTTP client) and the alert rules
     {"vllm"},  # what vLLM's releases accept and need
     {"facts"},  # readers of a host
     {"profile"},  # the inventory's typed schema

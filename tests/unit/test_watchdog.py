@@ -22,7 +22,6 @@ from hostkit.plan.planner import watchdog_settings
 from hostkit.plan.plans import WatchdogSettings
 from hostkit.operations.vllm_service import text_sha256, verify_problems
 from hostkit.profile.validation import profile_from_data
-from hostkit.desired.vllm_unit import env_file_value
 from tests.unit.test_standin import standins, start  # noqa: F401 (fixture)
 from tests.unit.test_vllm_unit import PLAN, local_systemd_version, needs_systemd_analyze
 
@@ -158,14 +157,6 @@ def test_state_file_round_trip_and_damaged_files(tmp_path):
     assert wd.load_state(str(path))["restarts"] == [] and wd.load_state(str(path))["restarts_total"] == 3
 
 
-def test_the_api_key_is_read_back_as_hostkit_writes_it(tmp_path):
-    secret = 'k"$`\\ey'
-    env = tmp_path / "vllm.env"
-    env.write_text(f"# Managed by vllm-hostkit\nVLLM_API_KEY={env_file_value(secret)}\n")
-    assert wd.read_api_key(str(env)) == secret
-    assert wd.read_api_key(str(tmp_path / "missing")) is None
-
-
 def test_unit_status_parses_systemctl_show():
     status = wd.UnitStatus.parse("ActiveState=failed\nSubState=failed\nResult=start-limit-hit\nInvocationID=\n")
     assert (status.active_state, status.result, status.running) == ("failed", "start-limit-hit", False)
@@ -295,7 +286,9 @@ def test_the_script_restarts_a_500ing_server_and_journals_why(standins, tmp_path
     env_file.write_text('VLLM_API_KEY="k"\n')
     process, base = start(standins, VLLM_STANDIN_FAULT="health-500")
     state = tmp_path / "watchdog.json"
-    argv = ["python3", "-I", wd.__file__, "--url", base,
+    installed = tmp_path / "vllm-hostkit-watchdog.py"
+    installed.write_text(desired.script_text())
+    argv = ["python3", "-I", str(installed), "--url", base,
             "--model", "lab", "--interval", "1", "--failures", "2", "--max-restarts-per-hour", "1",
             "--state", str(state), "--env-file", str(env_file), "--lock", str(tmp_path / "no.lock")]
     environment = {"PATH": f"{bin_dir}:/usr/bin:/bin", "FAKE_SYSTEMCTL_DIR": str(tmp_path)}
