@@ -38,11 +38,15 @@ from hostkit.vllm import model_catalog
 from hostkit.vllm.model_catalog import ModelConfigError, ModelSpec
 from hostkit.plan.planning_facts import FilesystemFact, GpuMemoryFact, NvmeDeviceFact, PlanningFacts
 from hostkit.plan.platform_findings import platform_findings
+from hostkit.plan.scope import snapshot_scope
 from hostkit.paths import DEFAULT_CACHE_DIR, NVME_LABEL, NVME_UNIT, SWAP_FILE_NAME
+from hostkit.plan.gpu_policy import GpuPolicy
 from hostkit.plan.plans import (
+    GpuPlan,
     HostPlan,
     KernelPlan,
     MemoryTermPlan,
+    MonitoringPlan,
     NvmePlan,
     SwapPlan,
     VllmPlan,
@@ -151,6 +155,7 @@ def plan_host(profile: HostProfile, facts: PlanningFacts, host_name: str = "this
         raise PlanError(found.issues)
     return HostPlan(
         host=host_name, nvme=nvme, swap=swap, kernel=kernel, vllm=vllm, watchdog=watchdog_settings(profile),
+        gpu=gpu_plan(profile), monitoring=monitoring_plan(profile), scope=snapshot_scope(profile),
         warnings=found.warnings, notes=found.notes, container=container,
     )
 
@@ -161,6 +166,31 @@ def watchdog_settings(profile: HostProfile) -> WatchdogSettings:
         interval_s=profile.vllm_watchdog_interval_s,
         failures=profile.vllm_watchdog_failures,
         max_restarts_per_hour=profile.vllm_watchdog_max_restarts_per_hour,
+    )
+
+
+def gpu_plan(profile: HostProfile) -> GpuPlan:
+    return GpuPlan(
+        policy=GpuPolicy(
+            required=profile.gpu_required,
+            count=profile.gpu_count,
+            min_driver=profile.gpu_min_driver,
+            require_persistence=profile.gpu_require_persistence,
+            max_ecc_uncorrected=profile.gpu_max_ecc_uncorrected,
+            max_retired_pages_pending=profile.gpu_max_retired_pages_pending,
+            max_remapped_rows_pending=profile.gpu_max_remapped_rows_pending,
+            tolerated_xids=frozenset(profile.gpu_tolerated_xids),
+        ),
+        hold_driver_packages=profile.gpu_hold_driver_packages,
+    )
+
+
+def monitoring_plan(profile: HostProfile) -> MonitoringPlan:
+    return MonitoringPlan(
+        enabled=profile.monitoring_enabled,
+        interval_s=profile.monitoring_interval_s,
+        textfile_dir=profile.monitoring_textfile_dir,
+        node_exporter=profile.monitoring_node_exporter,
     )
 
 
