@@ -67,14 +67,15 @@ def current_plan() -> tuple[HostProfile, HostPlan]:
 def vllm_host() -> None:
     profile, plan, refused = plan_or_refusal()
     # Read-only checks first: a host that fails one is left exactly as it was.
-    gpu.snapshot_finished(name="Check the host's facts were read in time", profile=profile)
+    # The scope the snapshot was read with: a refused host has no plan to carry it.
+    gpu.snapshot_finished(name="Check the host's facts were read in time", scope=snapshot_scope(profile))
     if plan is None:
         gpu.refuse_host(name="Check the GPUs are free for vLLM", reasons=[issue.reason for issue in refused.issues])
         return
     lock.acquire_deploy_lock(name="Take the deploy lock", stale_after_s=deploy_lock_stale_after_s(plan.vllm.ready_timeout_s))
     # The GPU check comes first: nothing is (re)started on a host whose driver is broken.
-    gpu.verify_gpu(name="Check the GPU driver", profile=profile)
-    driver_hold.hold_driver_packages(name="Hold the NVIDIA driver packages", profile=profile)
+    gpu.verify_gpu(name="Check the GPU driver", plan=plan.gpu, scope=plan.scope)
+    driver_hold.hold_driver_packages(name="Hold the NVIDIA driver packages", plan=plan.gpu, scope=plan.scope)
     # A container's host owns its NVMe, swap, sysctl and THP (plans.HOST_SETTINGS): from inside,
     # swapon and /proc/sys writes are refused, and a swap file left there is its host's to keep.
     if not plan.left_to_host:
@@ -89,7 +90,7 @@ def vllm_host() -> None:
         kernel.sysctl_settings(name="Kernel memory sysctls", plan=plan.kernel, profile=profile)
         kernel.transparent_hugepages(name="Transparent hugepages", plan=plan.kernel, profile=profile)
     # Before the vLLM unit: a host whose vLLM fails to start is the one to watch.
-    monitoring.monitoring(name="Memory monitoring", profile=profile)
+    monitoring.monitoring(name="Memory monitoring", plan=plan.monitoring, vllm=plan.vllm, scope=plan.scope)
     if plan.vllm.enabled:
         # Before the unit: the release that runs must be the one the flags are rendered for.
         vllm_install.vllm_runtime(name="vLLM runtime", plan=plan.vllm, profile=profile)

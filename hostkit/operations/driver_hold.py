@@ -1,4 +1,5 @@
-"""Hold the NVIDIA driver packages (profile key gpu_hold_driver_packages) on apt hosts.
+"""Hold the NVIDIA driver packages (the plan's gpu.hold_driver_packages, profile key
+gpu_hold_driver_packages) on apt hosts.
 
 An unattended upgrade of the driver's userspace packages leaves the loaded kernel module at
 the old version: CUDA fails with "Driver/library version mismatch" until a reboot. `apt-mark
@@ -12,22 +13,22 @@ that may be missing, and exclude= is the administrator's file.
 from __future__ import annotations
 
 import shlex
-from typing import Any
 
 from pyinfra import host
 from pyinfra.api import operation
 
 from hostkit.facts.platform import PlatformInfo
+from hostkit.facts.scope import SnapshotScope
 from hostkit.facts.snapshot import mark_changed, snapshot
-from hostkit.plan.scope import snapshot_scope
+from hostkit.plan.plans import GpuPlan
 
 # apt-mark waits for the dpkg lock while an upgrade runs; a deadline says so instead of hanging.
 APT_MARK_TIMEOUT_S = 300
 
 
-def hold_command(profile: Any, platform: PlatformInfo) -> str | None:
+def hold_command(plan: GpuPlan, platform: PlatformInfo) -> str | None:
     """The command that holds what is not held yet; None when nothing is to be done."""
-    if not profile.gpu_hold_driver_packages or platform.package_manager != "apt":
+    if not plan.hold_driver_packages or platform.package_manager != "apt":
         return None
     unheld = [name for name in platform.driver_packages if name not in platform.held_packages]
     if not unheld:
@@ -38,13 +39,14 @@ def hold_command(profile: Any, platform: PlatformInfo) -> str | None:
 
 
 @operation()
-def hold_driver_packages(profile: Any = None):
+def hold_driver_packages(plan: GpuPlan, scope: SnapshotScope):
     """
-    apt-mark hold the installed NVIDIA driver packages when the profile asks for it.
+    apt-mark hold the installed NVIDIA driver packages when the plan asks for it.
 
-    + profile: the host's HostProfile (gpu_hold_driver_packages)
+    + plan: the host plan's GPU part (hold_driver_packages)
+    + scope: the host plan's snapshot scope
     """
-    command = hold_command(profile, snapshot(host, snapshot_scope(profile)).platform)
+    command = hold_command(plan, snapshot(host, scope).platform)
     if command is not None:
         mark_changed(host, "platform")
         yield command

@@ -12,11 +12,11 @@ from __future__ import annotations
 from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, Host, State, operation
 
+from hostkit.facts.scope import SnapshotScope
 from hostkit.facts.snapshot import SECTION_NAMES, snapshot
-from hostkit.plan.scope import snapshot_scope
-from hostkit.plan.gpu_policy import GpuPolicy, GpuVerdict, evaluate
+from hostkit.plan.gpu_policy import GpuVerdict, evaluate
 from hostkit.operations import callbacks
-from hostkit.profile.host_profile import HostProfile
+from hostkit.plan.plans import GpuPlan
 
 
 def gpu_checks_failed(state: State, host: Host, verdict: GpuVerdict) -> bool:
@@ -30,13 +30,14 @@ def gpu_checks_failed(state: State, host: Host, verdict: GpuVerdict) -> bool:
 
 
 @operation()
-def verify_gpu(profile: HostProfile | None = None):
+def verify_gpu(plan: GpuPlan, scope: SnapshotScope):
     """
-    Check the NVIDIA driver and every GPU against the profile's `gpu_*` keys.
+    Check the NVIDIA driver and every GPU against the plan's GPU policy (the `gpu_*` keys).
 
-    + profile: the host's `HostProfile` (None: the defaults, a GPU required)
+    + plan: the host plan's GPU part
+    + scope: the host plan's snapshot scope
     """
-    verdict = evaluate(GpuPolicy.from_profile(profile), snapshot(host, snapshot_scope(profile)).gpu)
+    verdict = evaluate(plan.policy, snapshot(host, scope).gpu)
     if not verdict.ok:
         yield FunctionCommand(gpu_checks_failed, (verdict,), {})
         return
@@ -57,13 +58,13 @@ def refuse_host(reasons: list[str]):
 
 
 @operation()
-def snapshot_finished(profile: HostProfile | None = None):
+def snapshot_finished(scope: SnapshotScope):
     """
     Fail this host when a remote command of its snapshot ran past its deadline.
 
-    + profile: the host's `HostProfile`
+    + scope: where the snapshot looks (hostkit.plan.scope); the host may have no plan yet
     """
-    taken = snapshot(host, snapshot_scope(profile))
+    taken = snapshot(host, scope)
     timeouts = [
         f"{name}: {line}" for name in sorted(SECTION_NAMES) for line in getattr(taken.section(name), "timeouts", ())
     ]

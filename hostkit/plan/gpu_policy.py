@@ -1,7 +1,8 @@
 """What a healthy GPU host looks like, and the verdict on one host's `GpuFacts`.
 
 Pure: no I/O. The deploy operation and scripts/gpu_verify.py share it; the script runs
-where pydantic may be missing, so the profile is imported for type checking only.
+where pydantic may be missing, so nothing here imports the profile (the planner makes the
+host's policy from its gpu_* keys: hostkit.plan.planner.gpu_plan).
 """
 
 from __future__ import annotations
@@ -9,12 +10,8 @@ from __future__ import annotations
 import re
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from hostkit.facts.gpu import GpuDevice, GpuFacts
-
-if TYPE_CHECKING:
-    from hostkit.profile.host_profile import HostProfile
 
 REQUIRED_MODULES = ("nvidia", "nvidia_uvm")
 
@@ -78,22 +75,6 @@ class GpuPolicy:
     max_retired_pages_pending: int = 0
     max_remapped_rows_pending: int = 0
     tolerated_xids: frozenset[int] = field(default_factory=frozenset)
-
-    @classmethod
-    def from_profile(cls, profile: HostProfile | None) -> GpuPolicy:
-        """From the host's validated profile; None gives the defaults (a GPU required)."""
-        if profile is None:
-            return cls()
-        return cls(
-            required=profile.gpu_required,
-            count=profile.gpu_count,
-            min_driver=profile.gpu_min_driver,
-            require_persistence=profile.gpu_require_persistence,
-            max_ecc_uncorrected=profile.gpu_max_ecc_uncorrected,
-            max_retired_pages_pending=profile.gpu_max_retired_pages_pending,
-            max_remapped_rows_pending=profile.gpu_max_remapped_rows_pending,
-            tolerated_xids=frozenset(profile.gpu_tolerated_xids),
-        )
 
 
 @dataclass(frozen=True)

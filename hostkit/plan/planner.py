@@ -38,11 +38,15 @@ from hostkit.vllm import model_catalog
 from hostkit.vllm.model_catalog import ModelConfigError, ModelSpec
 from hostkit.plan.planning_facts import FilesystemFact, GpuMemoryFact, NvmeDeviceFact, PlanningFacts
 from hostkit.plan.platform_findings import platform_findings
+from hostkit.plan.scope import snapshot_scope
 from hostkit.paths import DEFAULT_CACHE_DIR, NVME_LABEL, NVME_UNIT, SWAP_FILE_NAME
+from hostkit.plan.gpu_policy import GpuPolicy
 from hostkit.plan.plans import (
+    GpuPlan,
     HostPlan,
     KernelPlan,
     MemoryTermPlan,
+    MonitoringPlan,
     NvmePlan,
     SwapPlan,
     VllmPlan,
@@ -151,6 +155,7 @@ def plan_host(profile: HostProfile, facts: PlanningFacts, host_name: str = "this
         raise PlanError(found.issues)
     return HostPlan(
         host=host_name, nvme=nvme, swap=swap, kernel=kernel, vllm=vllm, watchdog=watchdog_settings(profile),
+        gpu=gpu_plan(profile), monitoring=monitoring_plan(profile), scope=snapshot_scope(profile),
         warnings=found.warnings, notes=found.notes, container=container,
     )
 
@@ -161,6 +166,31 @@ def watchdog_settings(profile: HostProfile) -> WatchdogSettings:
         interval_s=profile.vllm_watchdog_interval_s,
         failures=profile.vllm_watchdog_failures,
         max_restarts_per_hour=profile.vllm_watchdog_max_restarts_per_hour,
+    )
+
+
+def gpu_plan(profile: HostProfile) -> GpuPlan:
+    return GpuPlan(
+        policy=GpuPolicy(
+            required=profile.gpu_required,
+            count=profile.gpu_count,
+            min_driver=profile.gpu_min_driver,
+            require_persistence=profile.gpu_require_persistence,
+            max_ecc_uncorrected=profile.gpu_max_ecc_uncorrected,
+            max_retired_pages_pending=profile.gpu_max_retired_pages_pending,
+            max_remapped_rows_pending=profile.gpu_max_remapped_rows_pending,
+            tolerated_xids=frozenset(profile.gpu_tolerated_xids),
+        ),
+        hold_driver_packages=profile.gpu_hold_driver_packages,
+    )
+
+
+def monitoring_plan(profile: HostProfile) -> MonitoringPlan:
+    return MonitoringPlan(
+        enabled=profile.monitoring_enabled,
+        interval_s=profile.monitoring_interval_s,
+        textfile_dir=profile.monitoring_textfile_dir,
+        node_exporter=profile.monitoring_node_exporter,
     )
 
 
@@ -539,6 +569,28 @@ def _kv_dtype_bytes(p: HostProfile, spec: ModelSpec) -> int | None:
 
 
 def _size_gpu(p: HostProfile, facts: PlanningFacts, spec: ModelSpec | None, tp: int, found: _Findings) -> VllmSizing | None:
+    """vLLM's GPU memory arithmetic on the GPUs it will use; None where it cannot be done or
+    cannot work (`found` says why)."""
+    used_gpus = _used_gpus(facts, spec, tp, found)
+    if used_gpus is None:
+        return None
+    utilization = p.vllm_gpu_memory_utilization or flags_for(p.vllm_version).default("--gpu-memory-utilization")
+    _check_free_at_start(used_gpus, utilization, found)
+    if spec is None:
+        return None
+    settings = _memory_settings(p, spec, tp, utilization, used_gpus[0].name, found)
+    if settings is None:
+        return None
+    gpu_memory = min(g.memory_total_mib for g in used_gpus) * MIB
+    estimate = vllm_memory.estimate(spec, settings, gpu_memory)
+    if not _one_request_fits(estimate, settings, found):
+        return None
+    return _sizing(p, spec, settings, gpu_memory, estimate)
+
+
+def _used_gpus(facts: PlanningFacts, spec: ModelSpec | None, tp: int, found: _Findings) -> list[GpuMemoryFact] | None:
+    """The `tp` GPUs vLLM uses, the lowest indexes; None when the model does not split over
+    `tp` of them or the host has fewer (refused), or no GPU was seen (warned)."""
     problem = spec.tp_problem(tp) if spec is not None else None
     if problem:
         found.refuse("vllm_tensor_parallel_size", f"{problem}; vLLM refuses to start")
@@ -549,9 +601,12 @@ def _size_gpu(p: HostProfile, facts: PlanningFacts, spec: ModelSpec | None, tp: 
     if tp > len(facts.gpus):
         found.refuse("vllm_tensor_parallel_size", f"{tp} GPUs needed, the host has {len(facts.gpus)}")
         return None
-    flag_set = flags_for(p.vllm_version)
-    utilization = p.vllm_gpu_memory_utilization or flag_set.default("--gpu-memory-utilization")
-    used_gpus = sorted(facts.gpus, key=lambda g: g.index)[:tp]
+    return sorted(facts.gpus, key=lambda g: g.index)[:tp]
+
+
+def _check_free_at_start(used_gpus: list[GpuMemoryFact], utilization: float, found: _Findings) -> None:
+    """vLLM refuses to start unless `utilization` of each GPU's memory is free; what another
+    process holds is the host's present state, so the refusal fails this host alone."""
     for gpu in used_gpus:
         # hostkit's own serving vLLM frees its memory when it restarts: only others' counts.
         total, free = gpu.memory_total_mib * MIB, (gpu.memory_total_mib - gpu.memory_others_mib) * MIB
@@ -564,18 +619,21 @@ def _size_gpu(p: HostProfile, facts: PlanningFacts, spec: ModelSpec | None, tp: 
                 f"{_gpu_holders(gpu)}. Lower it to {fits} or stop what uses the GPU",
                 host_state=True,
             )
-    if spec is None:
-        return None
+
+
+def _memory_settings(
+    p: HostProfile, spec: ModelSpec, tp: int, utilization: float, gpu_name: str, found: _Findings
+) -> vllm_memory.EngineSettings | None:
+    """The engine settings that move the arithmetic, as the command line passes them; None
+    (warned) when a weight or KV cache dtype's size is unknown."""
     layout = _weight_layout(p, spec)
     kv_bytes = _kv_dtype_bytes(p, spec)
     if layout is None or kv_bytes is None:
         found.warnings.append("weight or KV cache dtype size unknown for these settings: KV cache sizing skipped")
         return None
-
-    gpu_memory = min(g.memory_total_mib for g in used_gpus) * MIB
     max_model_len = p.vllm_max_model_len or spec.max_position_embeddings
     chunked, batched = _profiled_batch(p, max_model_len)
-    settings = vllm_memory.EngineSettings(
+    return vllm_memory.EngineSettings(
         release=parse_version(p.vllm_version)[:3],
         tensor_parallel_size=tp,
         gpu_memory_utilization=utilization,
@@ -584,19 +642,29 @@ def _size_gpu(p: HostProfile, facts: PlanningFacts, spec: ModelSpec | None, tp: 
         max_num_seqs=p.vllm_max_num_seqs if isinstance(p.vllm_max_num_seqs, int) else None,
         chunked_prefill=chunked,
         enforce_eager=bool(p.vllm_extra_args.get("--enforce-eager")),
-        gpu_name=used_gpus[0].name,
+        gpu_name=gpu_name,
         weight_dtype_bytes=layout[0],
         linear_bytes_per_param=layout[1],
         kv_dtype_bytes=kv_bytes,
         cpu_offload_bytes=int((p.vllm_cpu_offload_gb or 0) * GIB),
     )
-    estimate = vllm_memory.estimate(spec, settings, gpu_memory)
+
+
+def _kv_arithmetic(estimate: vllm_memory.GpuMemoryEstimate, utilization: float) -> str:
+    """The KV cache's sum, term by term, as `hostkit plan` and a refusal show it."""
     subtracted = " - ".join(f"{t.name} {format_size(t.bytes)}" for t in estimate.terms if t.subtracted and t.bytes)
-    arithmetic = (
+    return (
         f"{utilization} x {format_size(estimate.gpu_seen_bytes)} - {subtracted}"
         f" = {format_size(max(0, estimate.kv_bytes))} for KV cache per GPU, at {estimate.kv_bytes_per_token // 1024} KiB/token"
     )
-    fit_tokens = estimate.kv_tokens
+
+
+def _one_request_fits(estimate: vllm_memory.GpuMemoryEstimate, settings: vllm_memory.EngineSettings,
+                      found: _Findings) -> bool:
+    """Whether the KV cache holds one request of max_model_len, which vLLM refuses to start
+    without; noted with how many fit, or refused."""
+    arithmetic = _kv_arithmetic(estimate, settings.gpu_memory_utilization)
+    fit_tokens, max_model_len = estimate.kv_tokens, settings.max_model_len
     if fit_tokens < max_model_len:
         key = "vllm_max_model_len" if fit_tokens > 0 else "vllm_gpu_memory_utilization"
         found.refuse(
@@ -605,13 +673,18 @@ def _size_gpu(p: HostProfile, facts: PlanningFacts, spec: ModelSpec | None, tp: 
             "vLLM refuses to start. Lower vllm_max_model_len, raise vllm_tensor_parallel_size or "
             "vllm_gpu_memory_utilization, or use vllm_kv_cache_dtype fp8",
         )
-        return None
-    concurrent = fit_tokens // max_model_len
-    found.notes.append(f"KV cache: {arithmetic} = {fit_tokens} tokens, {concurrent} requests of {max_model_len} tokens")
+        return False
+    found.notes.append(f"KV cache: {arithmetic} = {fit_tokens} tokens, "
+                       f"{fit_tokens // max_model_len} requests of {max_model_len} tokens")
+    return True
+
+
+def _sizing(p: HostProfile, spec: ModelSpec, settings: vllm_memory.EngineSettings, gpu_memory: int,
+            estimate: vllm_memory.GpuMemoryEstimate) -> VllmSizing:
     return VllmSizing(
         model=spec.name,
-        tensor_parallel_size=tp,
-        gpu_memory_utilization=utilization,
+        tensor_parallel_size=settings.tensor_parallel_size,
+        gpu_memory_utilization=settings.gpu_memory_utilization,
         gpu_memory_bytes=gpu_memory,
         gpu_seen_bytes=estimate.gpu_seen_bytes,
         weights_bytes_per_gpu=estimate.term("weights").bytes,
@@ -621,9 +694,9 @@ def _size_gpu(p: HostProfile, facts: PlanningFacts, spec: ModelSpec | None, tp: 
         ],
         kv_bytes_per_token=estimate.kv_bytes_per_token,
         kv_budget_bytes=estimate.kv_bytes,
-        kv_tokens=fit_tokens,
-        max_model_len=max_model_len,
-        max_concurrent_at_max_model_len=concurrent,
+        kv_tokens=estimate.kv_tokens,
+        max_model_len=settings.max_model_len,
+        max_concurrent_at_max_model_len=estimate.kv_tokens // settings.max_model_len,
         expected_tokens_per_request=p.vllm_expected_tokens_per_request,
     )
 

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
+from hostkit.facts.scope import SnapshotScope
 from hostkit.paths import DEFAULT_CACHE_DIR, NVME_LABEL, NVME_UNIT
+from hostkit.plan.gpu_policy import GpuPolicy
+from hostkit.plan.scope import snapshot_scope
 from hostkit.profile.host_profile import HostProfile
 from hostkit.sizes import format_size
 
@@ -148,6 +151,25 @@ class WatchdogSettings(_Plan):
     max_restarts_per_hour: int = _profile_default("vllm_watchdog_max_restarts_per_hour")
 
 
+class GpuPlan(_Plan):
+    """What the deploy and verify hold the GPUs to (the gpu_* keys, hostkit.plan.gpu_policy),
+    and whether the deploy holds the NVIDIA driver packages (hostkit.operations.driver_hold)."""
+
+    policy: GpuPolicy = GpuPolicy()
+    hold_driver_packages: bool = _profile_default("gpu_hold_driver_packages")
+
+
+class MonitoringPlan(_Plan):
+    """hostkit's memory collector (hostkit.monitoring): how often it runs, the directory of its
+    metrics file, and whether hostkit runs node_exporter to serve that file. Not enabled:
+    what hostkit installed for monitoring is removed."""
+
+    enabled: bool = _profile_default("monitoring_enabled")
+    interval_s: int = _profile_default("monitoring_interval_s")
+    textfile_dir: str = _profile_default("monitoring_textfile_dir")
+    node_exporter: bool = _profile_default("monitoring_node_exporter")
+
+
 class HostPlan(_Plan):
     host: str
     nvme: NvmePlan | None
@@ -155,6 +177,12 @@ class HostPlan(_Plan):
     kernel: KernelPlan
     vllm: VllmPlan
     watchdog: WatchdogSettings = WatchdogSettings()
+    gpu: GpuPlan = GpuPlan()
+    monitoring: MonitoringPlan = MonitoringPlan()
+    # Where the host's snapshot looks (hostkit.plan.scope), as the plan was made from it: the
+    # operations read the snapshot with it, not with the profile. Plumbing, not a decision:
+    # `hostkit plan --format json` leaves it out.
+    scope: SnapshotScope = Field(default_factory=snapshot_scope, exclude=True)
     warnings: list[str] = Field(default_factory=list)  # something may go wrong: read before deploying
     notes: list[str] = Field(default_factory=list)  # why values are what they are
     # The container the host is ("systemd-nspawn", "lxc"...); None: a VM or bare metal. A

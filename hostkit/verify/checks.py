@@ -16,7 +16,7 @@ from typing import Any
 from hostkit.facts.kernel import THP_DIR, THP_UNIT_PATH, KernelState, sysctl_key
 from hostkit.facts.storage import SWAP_FILE_SELINUX_TYPE, StorageInfo
 from hostkit.plan.snapshot_facts import driver_version
-from hostkit.plan.gpu_policy import GpuPolicy, evaluate
+from hostkit.plan.gpu_policy import evaluate
 from hostkit.monitoring import STALE_INTERVALS, TIMER, stale_after_s
 from hostkit.operations.kernel import (
     render_sysctl_file,
@@ -25,7 +25,7 @@ from hostkit.operations.kernel import (
     wanted_sysctl,
     wanted_thp,
 )
-from hostkit.operations.monitoring import wanted_files
+from hostkit.desired.monitoring import wanted_files
 from hostkit.operations.nvme_boot import stale_files
 from hostkit.operations.swap import swap_fstab_line, swap_state
 from hostkit.operations.vllm_service import ENV_FILE_STAT, memory_limit_problem, text_sha256
@@ -44,8 +44,10 @@ from hostkit.paths import (
     WATCHDOG_UNIT_PATH,
 )
 from hostkit.plan.plans import (
+    GpuPlan,
     HostPlan,
     KernelPlan,
+    MonitoringPlan,
     NvmePlan,
     SwapPlan,
     VllmPlan,
@@ -271,9 +273,9 @@ def kernel_checks(plan: KernelPlan, kernel: KernelState, kernel_cmdline: str, ho
 # -- GPU -----------------------------------------------------------------------------------
 
 
-def gpu_checks(profile: Any, gpu_facts: Any) -> list[CheckResult]:
+def gpu_checks(plan: GpuPlan, gpu_facts: Any) -> list[CheckResult]:
     """hostkit.plan.gpu_policy's verdict (the deploy's own GPU gate), one result per failed check."""
-    verdict = evaluate(GpuPolicy.from_profile(profile), gpu_facts)
+    verdict = evaluate(plan.policy, gpu_facts)
     # A GPU command past its deadline fails the host whatever the policy, as the deploy refuses
     # it (hostkit.operations.gpu.snapshot_finished): a wedged nvidia-smi is not "no GPU".
     timeouts = list(getattr(gpu_facts, "timeouts", ()))
@@ -492,13 +494,13 @@ def deadline_checks(service: Any) -> list[CheckResult]:
 # -- monitoring ----------------------------------------------------------------------------
 
 
-def monitoring_checks(profile: Any, state: Any, host: str) -> list[CheckResult]:
+def monitoring_checks(plan: MonitoringPlan, vllm: VllmPlan, state: Any, host: str) -> list[CheckResult]:
     """`state` is the snapshot's monitoring section (hostkit.facts.monitoring.MonitoringState)."""
-    if not profile.monitoring_enabled:
+    if not plan.enabled:
         return [_check("monitoring", "no monitoring installed", not state.installed,
                        "no hostkit collector (monitoring_enabled: false)",
                        "installed" if state.installed else "none", redeploy(host) + " (it removes it)")]
-    stale_files = sorted(path for path, text in wanted_files(profile).items()
+    stale_files = sorted(path for path, text in wanted_files(plan, vllm).items()
                          if state.file_sha256.get(path) != text_sha256(text))
     timer = f"{state.timer_enabled or 'not installed'}, {state.timer_active or 'inactive'}"
     results = [
@@ -508,13 +510,13 @@ def monitoring_checks(profile: Any, state: Any, host: str) -> list[CheckResult]:
         _check("monitoring", "collector timer active", (state.timer_enabled, state.timer_active) == ("enabled", "active"),
                f"{TIMER} enabled, active", timer, f"systemctl enable --now {TIMER}"),
     ]
-    limit = round(stale_after_s(profile.monitoring_interval_s))
+    limit = round(stale_after_s(plan.interval_s))
     age = state.textfile_age_s
     results.append(_check("monitoring", "metrics file fresh", age is not None and age <= limit,
                           f"{state.textfile_path} written in the last {limit}s ({STALE_INTERVALS} intervals and one run's deadline)",
                           "no metrics file" if age is None else f"written {age}s ago",
                           f"journalctl -u {TIMER.replace('.timer', '.service')} -b; systemctl start {TIMER}"))
-    if profile.monitoring_node_exporter:
+    if plan.node_exporter:
         exporter = (f"{'installed' if state.node_exporter_installed else 'not installed'}, "
                     f"{state.node_exporter_enabled or 'disabled'}, {state.node_exporter_active or 'inactive'}")
         results.append(_check("monitoring", "node_exporter serving", state.node_exporter_installed
@@ -566,11 +568,11 @@ def check_host(profile: Any, plan: HostPlan, snapshot: Any, probes: Probes) -> l
                          *kernel_checks(plan.kernel, snapshot.kernel, snapshot.system.kernel_cmdline, host)]
     return [
         *host_settings,
-        *gpu_checks(profile, snapshot.gpu),
+        *gpu_checks(plan.gpu, snapshot.gpu),
         *deadline_checks(snapshot.vllm),
         *vllm_checks(plan.vllm, snapshot.vllm, probes, host),
         *release_checks(profile, plan.vllm, getattr(snapshot, "vllm_release", None), snapshot.gpu, host),
         *watchdog_checks(plan.watchdog, plan.vllm, probes, host),
         *oom_checks(probes.ooms, plan.container),
-        *monitoring_checks(profile, snapshot.monitoring, host),
+        *monitoring_checks(plan.monitoring, plan.vllm, snapshot.monitoring, host),
     ]

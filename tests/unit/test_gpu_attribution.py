@@ -187,14 +187,15 @@ def run_ops_on(monkeypatch, snapshots: dict, reasons_by_host: dict[str, list[str
     from pyinfra.operations import python
 
     import hostkit.operations.gpu as gpu_operations
+    from hostkit.plan.scope import snapshot_scope
 
-    monkeypatch.setattr(gpu_operations, "snapshot", lambda host, profile: snapshots[host.name])
+    monkeypatch.setattr(gpu_operations, "snapshot", lambda host, scope: snapshots[host.name])
     inventory = Inventory((list(snapshots), {}))
     state = State(inventory, Config())
     for host in inventory:
         state.activate_host(host)
     reached: list[str] = []
-    add_op(state, gpu_operations.snapshot_finished)
+    add_op(state, gpu_operations.snapshot_finished, scope=snapshot_scope())
     refused = [inventory.get_host(name) for name in reasons_by_host]
     if refused:
         for host in refused:

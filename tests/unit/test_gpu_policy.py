@@ -15,6 +15,9 @@ import hostkit.operations.gpu as gpu_operations
 from hostkit.facts.gpu import GpuFacts, parse_gpu_output
 from hostkit.facts.snapshot import HostSnapshot
 from hostkit.plan.gpu_policy import XID_RULES, GpuPolicy, evaluate, version_tuple, versions_match
+from hostkit.plan.planner import gpu_plan
+from hostkit.plan.plans import GpuPlan
+from hostkit.plan.scope import snapshot_scope
 from hostkit.profile.host_profile import HostProfile
 
 FIXTURES = Path(__file__).parent / "fixtures" / "gpu"
@@ -33,12 +36,15 @@ def profile(**gpu_keys) -> HostProfile:
 
 
 def test_policy_from_profile():
-    policy = GpuPolicy.from_profile(
-        profile(gpu_count=8, gpu_min_driver="999", gpu_require_persistence=False, gpu_tolerated_xids=[13, 31])
+    planned = gpu_plan(
+        profile(gpu_count=8, gpu_min_driver="999", gpu_require_persistence=False, gpu_tolerated_xids=[13, 31],
+                gpu_hold_driver_packages=True)
     )
+    policy = planned.policy
     assert (policy.required, policy.count, policy.min_driver) == (True, 8, "999")
     assert not policy.require_persistence and policy.tolerated_xids == {13, 31}
-    assert GpuPolicy.from_profile(None) == GpuPolicy.from_profile(profile()) == GpuPolicy()
+    assert planned.hold_driver_packages
+    assert gpu_plan(profile()) == GpuPlan() and GpuPlan().policy == GpuPolicy()
 
 
 @pytest.mark.parametrize("fixture", ["h200.txt", "device-run/gpu-section.txt"])
@@ -138,14 +144,14 @@ def test_version_comparison():
 def run_deploy(monkeypatch, facts_by_host: dict[str, GpuFacts], gpu_profile: HostProfile):
     """verify_gpu then a marker op on every host; the snapshot is served from fixtures."""
     monkeypatch.setattr(
-        gpu_operations, "snapshot", lambda host, profile: HostSnapshot({"gpu": facts_by_host[host.name]})
+        gpu_operations, "snapshot", lambda host, scope: HostSnapshot({"gpu": facts_by_host[host.name]})
     )
     inventory = Inventory((list(facts_by_host), {}))
     state = State(inventory, Config())
     for host in inventory:
         state.activate_host(host)
     reached: list[str] = []
-    verify = add_op(state, gpu_operations.verify_gpu, profile=gpu_profile)
+    verify = add_op(state, gpu_operations.verify_gpu, plan=gpu_plan(gpu_profile), scope=snapshot_scope(gpu_profile))
     add_op(state, python.call, function=lambda: reached.append("after"), name="after")
     failed = set()
     try:

@@ -1,4 +1,5 @@
-"""The monitoring operation's pure parts: rendered units, what a host needs, the commands."""
+"""The monitoring operation's pure parts: rendered units (hostkit.desired.monitoring), what a
+host needs, the commands."""
 
 from __future__ import annotations
 
@@ -6,33 +7,21 @@ import shlex
 
 from hostkit.facts.monitoring import MonitoringState
 from hostkit.monitoring import COLLECTOR_PATH, NODE_EXPORTER_DROPIN, SERVICE_PATH, TIMER_PATH, collector_source
-from hostkit.operations.monitoring import (
-    apply_command,
-    change_reasons,
-    health_url,
-    monitoring_changes,
-    remove_command,
-    render_service,
-    render_timer,
-    wanted_files,
-)
+from hostkit.desired.monitoring import health_url, render_service, render_timer, wanted_files
+from hostkit.operations.monitoring import apply_command, change_reasons, monitoring_changes, remove_command
 from hostkit.operations.vllm_service import text_sha256
-from hostkit.profile.validation import profile_from_data
+from hostkit.plan.plans import MonitoringPlan, VllmPlan
 
-BASE = {"vllm_model": "Qwen/Qwen2.5-0.5B-Instruct"}
-
-
-def profile(**data):
-    return profile_from_data("gpu-a01", {**BASE, **data})
+VLLM = VllmPlan(enabled=True)  # on the default 0.0.0.0:8000
 
 
-def converged_state(p, **changes) -> MonitoringState:
+def converged_state(p: MonitoringPlan, **changes) -> MonitoringState:
     values = dict(
-        file_sha256={path: text_sha256(text) for path, text in wanted_files(p).items()},
+        file_sha256={path: text_sha256(text) for path, text in wanted_files(p, VLLM).items()},
         timer_enabled="enabled", timer_active="active",
-        node_exporter_installed=p.monitoring_node_exporter,
-        node_exporter_enabled="enabled" if p.monitoring_node_exporter else "",
-        node_exporter_active="active" if p.monitoring_node_exporter else "",
+        node_exporter_installed=p.node_exporter,
+        node_exporter_enabled="enabled" if p.node_exporter else "",
+        node_exporter_active="active" if p.node_exporter else "",
         textfile_age_s=3, textfile_path="/var/lib/prometheus/node-exporter/hostkit.prom",
     )
     values.update(changes)
@@ -44,44 +33,44 @@ def exec_start(unit_text: str) -> list[str]:
     return shlex.split(line[len("ExecStart="):])
 
 
-def test_the_service_runs_the_host_python_isolated_with_the_profile_settings():
-    p = profile(monitoring_textfile_dir="/srv/textfiles", monitoring_interval_s=30, vllm_port=8100)
-    argv = exec_start(render_service(p))
+def test_the_service_runs_the_host_python_isolated_with_the_plan_settings():
+    p, vllm = MonitoringPlan(textfile_dir="/srv/textfiles", interval_s=30), VllmPlan(enabled=True, port=8100)
+    argv = exec_start(render_service(p, vllm))
     assert argv[:4] == ["/usr/bin/python3", "-I", "-S", COLLECTOR_PATH]
     options = dict(zip(argv[4::2], argv[5::2]))
     assert options["--textfile-dir"] == "/srv/textfiles" and options["--interval"] == "30"
     assert options["--health-url"] == "http://127.0.0.1:8100/health"
-    assert "ReadWritePaths=/srv/textfiles /var/lib/vllm-hostkit" in render_service(p)
+    assert "ReadWritePaths=/srv/textfiles /var/lib/vllm-hostkit" in render_service(p, vllm)
     timer = render_timer(p)
     assert "OnActiveSec=1s" in timer and "OnUnitInactiveSec=30" in timer
     assert "AccuracySec=1s" in timer and "WantedBy=timers.target" in timer
 
 
 def test_health_url_for_other_bind_addresses():
-    assert health_url(profile(vllm_host="::")) == "http://[::1]:8000/health"
-    assert health_url(profile(vllm_host="10.0.0.5")) == "http://10.0.0.5:8000/health"
-    assert health_url(profile(vllm_enabled=False, vllm_model=None)) == ""
-    argv = exec_start(render_service(profile(vllm_enabled=False, vllm_model=None)))
+    assert health_url(VllmPlan(enabled=True, host="::")) == "http://[::1]:8000/health"
+    assert health_url(VllmPlan(enabled=True, host="10.0.0.5")) == "http://10.0.0.5:8000/health"
+    assert health_url(VllmPlan(enabled=False)) == ""
+    argv = exec_start(render_service(MonitoringPlan(), VllmPlan(enabled=False)))
     assert argv[argv.index("--health-url") + 1] == ""
 
 
 def test_the_collector_file_is_the_package_script():
-    files = wanted_files(profile())
+    files = wanted_files(MonitoringPlan(), VLLM)
     assert files[COLLECTOR_PATH] == collector_source() and "def main(" in files[COLLECTOR_PATH]
     assert NODE_EXPORTER_DROPIN not in files
-    dropin = wanted_files(profile(monitoring_node_exporter=True))[NODE_EXPORTER_DROPIN]
+    dropin = wanted_files(MonitoringPlan(node_exporter=True), VLLM)[NODE_EXPORTER_DROPIN]
     assert "ExecStart=\nExecStart=/usr/bin/prometheus-node-exporter $ARGS " \
            "--collector.textfile.directory=/var/lib/prometheus/node-exporter" in dropin
 
 
 def test_a_converged_host_needs_nothing():
-    for p in (profile(), profile(monitoring_node_exporter=True)):
-        assert monitoring_changes(p, converged_state(p)) is None
+    for p in (MonitoringPlan(), MonitoringPlan(node_exporter=True)):
+        assert monitoring_changes(p, VLLM, converged_state(p)) is None
 
 
 def test_a_fresh_host_gets_everything_and_one_collector_run():
-    p = profile(monitoring_node_exporter=True)
-    changed = monitoring_changes(p, MonitoringState())
+    p = MonitoringPlan(node_exporter=True)
+    changed = monitoring_changes(p, VLLM, MonitoringState())
     assert set(changed) == {COLLECTOR_PATH, SERVICE_PATH, TIMER_PATH, NODE_EXPORTER_DROPIN}
     command = apply_command(p, MonitoringState(), changed)
     assert "apt-get install -y -q -o Dpkg::Options::=--force-confold --no-install-recommends prometheus-node-exporter" \
@@ -93,10 +82,10 @@ def test_a_fresh_host_gets_everything_and_one_collector_run():
 
 
 def test_a_changed_interval_rewrites_the_units_and_restarts_the_timer_only():
-    before = profile()
-    after = profile(monitoring_interval_s=60)
+    before = MonitoringPlan()
+    after = MonitoringPlan(interval_s=60)
     state = converged_state(before)
-    changed = monitoring_changes(after, state)
+    changed = monitoring_changes(after, VLLM, state)
     assert set(changed) == {SERVICE_PATH, TIMER_PATH}
     command = apply_command(after, state, changed)
     assert "systemctl restart vllm-hostkit-monitor.timer" in command and "apt-get" not in command
@@ -104,9 +93,9 @@ def test_a_changed_interval_rewrites_the_units_and_restarts_the_timer_only():
 
 
 def test_a_stopped_timer_is_started_without_rewriting_anything():
-    p = profile()
+    p = MonitoringPlan()
     state = converged_state(p, timer_active="inactive")
-    assert monitoring_changes(p, state) == {}
+    assert monitoring_changes(p, VLLM, state) == {}
     assert change_reasons(p, state, {}) == ["vllm-hostkit-monitor.timer is enabled, inactive"]
     command = apply_command(p, state, {})
     assert "daemon-reload" not in command and "printf" not in command
@@ -114,10 +103,10 @@ def test_a_stopped_timer_is_started_without_rewriting_anything():
 
 
 def test_turning_node_exporter_off_removes_only_hostkits_dropin():
-    on = profile(monitoring_node_exporter=True)
-    off = profile()
+    on = MonitoringPlan(node_exporter=True)
+    off = MonitoringPlan()
     state = converged_state(on)
-    changed = monitoring_changes(off, state)
+    changed = monitoring_changes(off, VLLM, state)
     assert changed == {}
     assert change_reasons(off, state, changed) == [f"{NODE_EXPORTER_DROPIN} is no longer wanted"]
     command = apply_command(off, state, changed)
@@ -126,8 +115,8 @@ def test_turning_node_exporter_off_removes_only_hostkits_dropin():
 
 
 def test_monitoring_disabled_removes_what_hostkit_installed():
-    p = profile(monitoring_enabled=False)
-    command = remove_command(p, converged_state(profile(monitoring_node_exporter=True)))
+    p = MonitoringPlan(enabled=False)
+    command = remove_command(p, converged_state(MonitoringPlan(node_exporter=True)))
     assert "systemctl disable --now --quiet vllm-hostkit-monitor.timer" in command
     for path in (COLLECTOR_PATH, SERVICE_PATH, TIMER_PATH, NODE_EXPORTER_DROPIN,
                  "/var/lib/prometheus/node-exporter/hostkit.prom"):
@@ -146,12 +135,12 @@ def test_the_recorded_snapshot_section_of_a_provisioned_lab_host():
     assert set(state.file_sha256) == {COLLECTOR_PATH, SERVICE_PATH, TIMER_PATH, NODE_EXPORTER_DROPIN}
     assert (state.timer_enabled, state.timer_active, state.node_exporter_installed) == ("enabled", "active", True)
     assert state.textfile_age_s == 4 and state.textfile_path == "/var/lib/prometheus/node-exporter/hostkit.prom"
-    p = profile(monitoring_node_exporter=True, monitoring_interval_s=5)
-    # The recorded drop-in is today's render for that profile. The collector file changes with the
+    p = MonitoringPlan(node_exporter=True, interval_s=5)
+    # The recorded drop-in is today's render for that plan. The collector file changes with the
     # code; after this recording the service lost its After=vllm.service (a hung vLLM start held it
     # back) and the timer moved from OnUnitActiveSec= to OnUnitInactiveSec= (it did not re-arm).
-    wanted = wanted_files(p)
+    wanted = wanted_files(p, VLLM)
     for path in (NODE_EXPORTER_DROPIN,):
         assert state.file_sha256[path] == text_sha256(wanted[path]), path
-    results = {r.name: r.ok for r in monitoring_checks(p, state, "main1")}
+    results = {r.name: r.ok for r in monitoring_checks(p, VLLM, state, "main1")}
     assert results["collector timer active"] and results["metrics file fresh"] and results["node_exporter serving"]

@@ -313,6 +313,24 @@ def test_cache_stays_on_the_default_dir_without_nvme():
     assert result.vllm.cache_dir == "/var/cache/vllm"
 
 
+# --- what the operations read: the GPU gate, monitoring, the snapshot scope ---------------
+
+
+def test_the_plan_carries_what_the_operations_read_from_the_profile():
+    """After validation only the planner reads the profile: the GPU gate, the driver hold,
+    monitoring and the snapshot's scope reach the operations in the plan."""
+    from hostkit.plan.scope import snapshot_scope
+
+    data = {"gpu_count": 1, "gpu_tolerated_xids": [13], "gpu_hold_driver_packages": True, "monitoring_interval_s": 30,
+            "monitoring_node_exporter": True, "monitoring_textfile_dir": "/srv/textfiles", "swap_dir": "/var/lib/swap"}
+    result = plan(data, facts(filesystems=[ROOT_SSD]))
+    assert (result.gpu.policy.count, result.gpu.policy.tolerated_xids, result.gpu.hold_driver_packages) == (1, {13}, True)
+    assert (result.monitoring.enabled, result.monitoring.interval_s, result.monitoring.node_exporter,
+            result.monitoring.textfile_dir) == (True, 30, True, "/srv/textfiles")
+    assert result.scope == snapshot_scope(profile_from_data("gpu-a1", {"vllm_model": QWEN7, **data}))
+    assert "scope" not in result.model_dump()  # plumbing: `hostkit plan --format json` leaves it out
+
+
 # --- memory limits ----------------------------------------------------------------------
 
 

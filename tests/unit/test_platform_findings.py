@@ -9,6 +9,7 @@ from hostkit.facts.platform import PlatformFact, PlatformInfo
 from hostkit.paths import PLATFORM_PYTHON
 from hostkit.operations.driver_hold import hold_command
 from hostkit.plan.platform_findings import platform_findings
+from hostkit.plan.plans import GpuPlan
 from hostkit.profile.validation import profile_from_data
 
 FIXTURES = Path(__file__).parent / "fixtures" / "platform"
@@ -41,17 +42,17 @@ def test_ubuntu_unattended_upgrades_of_the_driver_warn_and_the_hold_is_offered()
     # With the key on, the deploy holds them: a note instead, and the command holds the unheld ones only.
     warnings, notes = findings(ubuntu(held_packages=["nvidia-utils-570"]), gpu_hold_driver_packages=True)
     assert warnings == [] and notes == [f"apt-mark hold on the NVIDIA driver packages: {', '.join(DRIVER)}"]
-    command = hold_command(profile(gpu_hold_driver_packages=True), ubuntu(held_packages=["nvidia-utils-570"]))
+    command = hold_command(GpuPlan(hold_driver_packages=True), ubuntu(held_packages=["nvidia-utils-570"]))
     assert command.startswith("timeout 300 apt-mark hold libnvidia-compute-570 nvidia-driver-570 >/dev/null")
-    assert hold_command(profile(gpu_hold_driver_packages=True), ubuntu(held_packages=DRIVER)) is None
-    assert hold_command(profile(), ubuntu()) is None
+    assert hold_command(GpuPlan(hold_driver_packages=True), ubuntu(held_packages=DRIVER)) is None
+    assert hold_command(GpuPlan(), ubuntu()) is None
 
 
 def test_dnf_hosts_get_versionlock_advice_not_a_hold():
     rhel = PlatformInfo(python=PLATFORM_PYTHON, package_manager="dnf", driver_packages=["nvidia-driver"],
                         auto_upgrades=True)
     warnings, notes = findings(rhel, gpu_hold_driver_packages=True)
-    assert hold_command(profile(gpu_hold_driver_packages=True), rhel) is None
+    assert hold_command(GpuPlan(hold_driver_packages=True), rhel) is None
     assert any("dnf versionlock add" in w and "nvidia-driver" in w for w in warnings)
     assert notes == [f"python3 is not on PATH: the probes run {PLATFORM_PYTHON} (RHEL 8's own python)"]
     warnings, _ = findings(rhel)
@@ -90,7 +91,7 @@ def test_the_hold_command_runs_under_sh(tmp_path):
     bin_dir.mkdir()
     (bin_dir / "apt-mark").write_text(f"#!/bin/sh\necho \"$@\" > {tmp_path}/held\n")
     (bin_dir / "apt-mark").chmod(0o755)
-    command = hold_command(profile(gpu_hold_driver_packages=True), ubuntu())
+    command = hold_command(GpuPlan(hold_driver_packages=True), ubuntu())
     env = {"PATH": f"{bin_dir}:/usr/bin:/bin"}
     subprocess.run(["sh", "-c", command], check=True, env=env, timeout=30)
     assert (tmp_path / "held").read_text().split() == ["hold", *DRIVER]

@@ -245,8 +245,9 @@ def test_oom_kills_since_boot_fail_and_an_unreadable_log_is_not_clean():
 
 
 def test_gpu_checks_follow_the_profile_policy():
-    _, plan, snapshot, probes = converged()
+    _, _, snapshot, probes = converged()
     strict = profile_from_data("lab1", {**LAB_DATA, "gpu_required": True})
+    plan = plan_host(strict, planning_facts(snapshot), host_name="lab1")
     failures = failed(check_host(strict, plan, snapshot, probes))
     assert set(failures) == {"GPU NVIDIA driver", "GPU GPU count"}
     assert "install the NVIDIA driver" in failures["GPU NVIDIA driver"]
