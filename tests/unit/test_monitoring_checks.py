@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from hostkit.desired.digest import text_sha256
 from hostkit.facts.monitoring import MonitoringState
 from hostkit.operations.monitoring import wanted_files
-from hostkit.operations.vllm_service import text_sha256
 from hostkit.profile.validation import profile_from_data
 from hostkit.verify.checks import monitoring_checks
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shlex
 
+from hostkit.desired.digest import text_sha256
 from hostkit.facts.monitoring import MonitoringState
 from hostkit.monitoring import COLLECTOR_PATH, NODE_EXPORTER_DROPIN, SERVICE_PATH, TIMER_PATH, collector_source
 from hostkit.operations.monitoring import (
@@ -16,7 +17,6 @@ from hostkit.operations.monitoring import (
     render_timer,
     wanted_files,
 )
-from hostkit.operations.vllm_service import text_sha256
 from hostkit.profile.validation import profile_from_data
 
 BASE = {"vllm_model": "Qwen/Qwen2.5-0.5B-Instruct"}
