@@ -12,6 +12,7 @@ from pyinfra.api import deploy
 from pyinfra.api.exceptions import PyinfraError
 
 from hostkit.desired.deploy_lock import deploy_lock_stale_after_s
+from hostkit.desired.swap import swap_deadline_s
 from hostkit.desired.watchdog import watchdog_plan
 from hostkit.facts.snapshot import snapshot
 from hostkit.plan.scope import snapshot_scope
@@ -83,7 +84,7 @@ def vllm_host() -> None:
             swap.prepare_nvme(name=f"Prepare NVMe {plan.nvme.device} at {plan.nvme.mount}", plan=plan.nvme,
                               profile=profile, _timeout=swap.NVME_PREPARE_DEADLINE_S)
         swap.swap_file(name="Swap file on NVMe", plan=plan.swap, profile=profile,
-                       _timeout=swap.swap_deadline_s(plan.swap))
+                       _timeout=swap_deadline_s(plan.swap))
         # After both: it takes over a mounted disk and an active file (make-before-break).
         nvme_boot.nvme_boot(name=f"NVMe and swap at boot ({NVME_UNIT})", nvme=plan.nvme, swap=plan.swap,
                             profile=profile, _timeout=nvme_boot.INSTALL_DEADLINE_S)

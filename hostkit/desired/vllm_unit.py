@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 
 from hostkit import templates
+from hostkit.facts.vllm_service import ModeAndOwnership
 from hostkit.paths import VLLM_ENV_FILE, VLLM_UNIT
 from hostkit.plan.plans import VllmPlan
 from hostkit.desired.directives import fit_unit
@@ -21,6 +22,9 @@ VERIFY_PATH = f"{VERIFY_DIR}/{VLLM_UNIT}"
 # systemd creates /var/lib/<StateDirectory> for the service user: its home directory.
 STATE_DIRECTORY = "vllm"
 HOME_DIR = f"/var/lib/{STATE_DIRECTORY}"
+# The environment file holds secrets: root's alone, in a directory of root's alone.
+ENV_FILE_STAT = ModeAndOwnership("600", "root", "root")
+ENV_DIR_STAT = ModeAndOwnership("700", "root", "root")
 
 HARDENING_LEVELS = ("standard", "strict")
 

@@ -39,7 +39,7 @@ from hostkit.monitoring import (
     TIMER_PATH,
     textfile_path,
 )
-from hostkit.operations.vllm_service import text_sha256
+from hostkit.desired.digest import text_sha256
 from hostkit.plan.plans import MonitoringPlan, VllmPlan
 
 APT_TIMEOUT_S = 600

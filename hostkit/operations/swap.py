@@ -36,11 +36,8 @@ returns False (an exception in the generator would stop every host).
 
 from __future__ import annotations
 
-import math
 import posixpath
-import re
 import shlex
-from dataclasses import dataclass
 from typing import Any
 
 from pyinfra import host
@@ -48,24 +45,27 @@ from pyinfra.api import FunctionCommand, operation
 from pyinfra.api.exceptions import OperationValueError
 
 from hostkit.remote import host_file
+from hostkit.desired.swap import (
+    SWAP_FILE_MODE,
+    SwapState,
+    check_nvme_plan,
+    check_swap_plan,
+    swap_fstab_line,
+    swap_state,
+)
 from hostkit.facts.snapshot import mark_changed, snapshot
-from hostkit.facts.storage import SWAP_FILE_SELINUX_TYPE, TEMP_SUFFIX, FileStat, StorageInfo, is_under
+from hostkit.facts.storage import SWAP_FILE_SELINUX_TYPE, TEMP_SUFFIX, StorageInfo, is_under
 from hostkit.operations import callbacks
-from hostkit.paths import NVME_LABEL, SWAP_FILE_NAME
+from hostkit.paths import NVME_LABEL
 from hostkit.plan.scope import snapshot_scope
 from hostkit.plan.plans import NvmePlan, SwapPlan
 from hostkit.profile.host_profile import value_or_default
-from hostkit.sizes import GIB
 from hostkit.plan.swap_filesystems import FILL_METHODS, RESERVE_FRACTION, RESERVE_MIN_BYTES, swap_file_refusal
 
-SWAP_FILE_MODE = 0o600
-# Paths go into shell scripts, fstab and awk comparisons with /proc/swaps: keep them plain.
-_SAFE_PATH = re.compile(r"^/[A-Za-z0-9._+:@/-]*$")
-# The filesystems hostkit/remote/nvme_format.sh makes.
-MKFS_FSTYPES = ("ext4", "xfs")
 # Shell functions every script starts with (hostkit/remote/swap_lib.sh), after the free-space
-# reserve the plan also keeps (hostkit.plan.swap_filesystems). Paths reach them checked against _SAFE_PATH,
-# so they compare equal to the (octal-escaped) fields of /proc/swaps and fstab.
+# reserve the plan also keeps (hostkit.plan.swap_filesystems). Paths reach them as plain as
+# check_swap_plan and check_nvme_plan require, so they compare equal to the (octal-escaped)
+# fields of /proc/swaps and fstab.
 SHELL_LIB = (f"hk_reserve_min={RESERVE_MIN_BYTES}; hk_reserve_fraction={RESERVE_FRACTION}\n"
              + host_file("swap_lib.sh"))
 # A step that formats, mounts and persists a blank NVMe device, after its variables.
@@ -73,77 +73,13 @@ NVME_FORMAT = host_file("nvme_format.sh").removesuffix("\n")
 # Controller-side deadlines for each remote step (pyinfra's _timeout): a write stuck in the
 # kernel cannot be killed from the host (a lab NVMe once held mkfs in D state for 24 min,
 # and the whole rollout batch with it); past these the host fails, "Command timed out after
-# Ns", and the others go on. Generous: a 16 GiB swap file at 100 MB/s takes under 3 min.
+# Ns", and the others go on. The swap steps' deadline grows with the file's size
+# (hostkit.desired.swap.swap_deadline_s).
 NVME_PREPARE_DEADLINE_S = 900
-SWAP_DEADLINE_BASE_S = 600
-SWAP_DEADLINE_PER_GIB_S = 60
-
-
-def swap_deadline_s(plan: SwapPlan) -> int:
-    """The deadline of each swap step: writing the file grows with its size."""
-    return SWAP_DEADLINE_BASE_S + SWAP_DEADLINE_PER_GIB_S * math.ceil(plan.size_bytes / GIB)
 
 
 class SwapRefused(Exception):
     """The snapshot shows a state this host must not be changed from; says why."""
-
-
-@dataclass(frozen=True)
-class SwapState:
-    """The planned swap file as the host has it."""
-
-    file: FileStat | None
-    active_priority: int | None  # None: not in /proc/swaps
-    fstab_ok: bool  # exactly one swap entry for the path, with nofail and the planned pri=
-    strays: tuple[str, ...]  # hostkit swap files at paths other than the planned one
-
-
-def swap_fstab_line(plan: SwapPlan) -> str:
-    return f"{plan.path} none swap nofail,pri={plan.priority} 0 0"
-
-
-def _check_path(path: str, what: str) -> None:
-    if not _SAFE_PATH.match(path) or posixpath.normpath(path) != path:
-        raise ValueError(f"{what} must be a normalised absolute path of letters, digits and ._+:@/-, not {path!r}")
-
-
-def check_swap_plan(plan: SwapPlan) -> None:
-    """Bad input raises ValueError: it would be wrong on every host."""
-    if not plan.enabled:
-        return
-    if plan.path is None:
-        raise ValueError("an enabled SwapPlan needs a path")
-    _check_path(plan.path, "the swap file path")
-    if posixpath.basename(plan.path) != SWAP_FILE_NAME:
-        raise ValueError(f"the swap file must be named {SWAP_FILE_NAME}, not {posixpath.basename(plan.path)!r}")
-    if plan.size_bytes <= 0:
-        raise ValueError(f"the swap size must be positive, not {plan.size_bytes}")
-    if not 0 <= plan.priority <= 32767:
-        raise ValueError(f"the swap priority must be 0..32767, not {plan.priority}")
-
-
-def check_nvme_plan(plan: NvmePlan) -> None:
-    _check_path(plan.device, "nvme_device")
-    _check_path(plan.mount, "nvme_mount")
-    if plan.mount == "/":
-        raise ValueError("nvme_mount cannot be /")
-    if plan.fstype not in MKFS_FSTYPES:
-        raise ValueError(f"NVMe filesystem must be one of {sorted(MKFS_FSTYPES)}, not {plan.fstype!r}")
-
-
-def swap_state(plan: SwapPlan, storage: StorageInfo) -> SwapState:
-    path = plan.path or ""
-    area = storage.swap_area(path) if plan.enabled else None
-    entries = storage.fstab_swap_entries(path) if plan.enabled else []
-    fstab_ok = len(entries) == 1 and entries[0].option("nofail") is not None and (
-        entries[0].option("pri") == str(plan.priority)
-    )
-    return SwapState(
-        file=storage.files.get(path) if plan.enabled else None,
-        active_priority=area.priority if area else None,
-        fstab_ok=fstab_ok,
-        strays=tuple(p for p in storage.hostkit_swap_paths() if not plan.enabled or p != path),
-    )
 
 
 def fill_method(storage: StorageInfo, directory: str) -> str:

@@ -30,8 +30,6 @@ from __future__ import annotations
 import re
 import shlex
 from collections.abc import Callable
-from dataclasses import dataclass, fields
-from hashlib import sha256
 from io import StringIO
 from typing import Any
 
@@ -50,7 +48,6 @@ from hostkit.remote import host_file
 from hostkit.facts.snapshot import mark_changed, snapshot
 from hostkit.plan.scope import snapshot_scope
 from hostkit.facts.vllm_service import (
-    ModeAndOwnership,
     ServiceTarget,
     VllmServiceFact,
     VllmServiceState,
@@ -59,7 +56,8 @@ from hostkit.operations.callbacks import current_connector_arguments
 from hostkit.paths import CONFIG_DIR, VLLM_ENV_FILE, VLLM_UNIT, VLLM_UNIT_PATH
 from hostkit.plan.plans import VllmPlan
 from hostkit.vllm.readiness import Observation, wait_until_ready
-from hostkit.desired.changes import UnitChange, unit_change
+from hostkit.desired.changes import service_changes
+from hostkit.desired.vllm_readiness import CrashWatch, observe
 from hostkit.desired.vllm_unit import (
     HOME_DIR,
     VERIFY_DIR,
@@ -69,10 +67,7 @@ from hostkit.desired.vllm_unit import (
     render_unit,
 )
 
-ENV_FILE_STAT = ModeAndOwnership("600", "root", "root")
-ENV_DIR_STAT = ModeAndOwnership("700", "root", "root")
 JOURNAL_LINES = 30
-PAGE_SIZE = 4096
 
 _PARSE_CHECK_EXIT = {2: "the host's vLLM argument parser rejected", 3: "the host's vLLM rejected (its own checks)"}
 _CANNOT_CHECK = 4
@@ -82,131 +77,6 @@ _CANNOT_CHECK = 4
 # after the KILL.
 _PARSE_CHECK_KILL_AFTER_S = 5
 _TIMED_OUT = (124, 137)
-
-
-# -- pure: what to change -----------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ServiceChanges:
-    create_user: bool = False
-    fix_env_dir: bool = False
-    write_env: bool = False
-    fix_env_file: bool = False  # same content, wrong mode or owner
-    install_unit: bool = False
-    daemon_reload: bool = False
-    enable: bool = False
-    restart: bool = False
-    # Why the running service restarts, or which limits daemon-reload applies to it live.
-    restart_reasons: tuple[str, ...] = ()
-    live_limits: tuple[str, ...] = ()
-
-    def __bool__(self) -> bool:
-        return any(getattr(self, item.name) for item in fields(self))
-
-    def describe(self) -> str:
-        words = []
-        for item in fields(self):
-            value = getattr(self, item.name)
-            if value is True:
-                words.append(item.name.replace("_", " "))
-            elif value:
-                words.append(f"{item.name.replace('_', ' ')}: {' '.join(value)}")
-        return ", ".join(words)
-
-
-def text_sha256(text: str) -> str:
-    return sha256(text.encode()).hexdigest()
-
-
-def restart_reasons(current: VllmServiceState, unit: UnitChange, write_env: bool) -> tuple[str, ...]:
-    """Why the service must (re)start: a change of what runs, or it does not run."""
-    if not current.is_active:
-        return ("not running",)
-    reasons = list(unit.restart_directives)
-    if write_env:
-        reasons.append("the environment file")
-    if current.release_replaced:
-        reasons.append(f"{current.target.command} replaced since start (a new release)")
-    return tuple(reasons)
-
-
-def service_changes(current: VllmServiceState, unit_text: str, env_text: str) -> ServiceChanges:
-    """What must change on a host in state `current` to run the unit and env file given.
-
-    A new unit text restarts the service only when a directive that needs a restart
-    changed (hostkit.desired.changes); comments do not count, and limits that daemon-reload
-    applies to the running unit's cgroup change without one.
-    """
-    install_unit = current.unit_sha256 != text_sha256(unit_text)
-    write_env = current.env_sha256 != text_sha256(env_text)
-    unit = unit_change(current.unit_text, unit_text) if install_unit else UnitChange()
-    reasons = restart_reasons(current, unit, write_env)
-    return ServiceChanges(
-        create_user=current.user_uid is None,
-        fix_env_dir=current.env_dir_stat != ENV_DIR_STAT,
-        write_env=write_env,
-        fix_env_file=not write_env and current.env_stat != ENV_FILE_STAT,
-        install_unit=install_unit,
-        daemon_reload=install_unit or current.need_daemon_reload,
-        enable=not current.is_enabled,
-        restart=bool(reasons),
-        restart_reasons=reasons,
-        live_limits=() if reasons else unit.live_directives,
-    )
-
-
-def memory_limit_problem(plan: VllmPlan, current: VllmServiceState) -> str | None:
-    """Why the unit's cgroup does not enforce plan.memory_max_bytes, or None."""
-    wanted = plan.memory_max_bytes
-    if wanted is None or plan.memory_limit_unapplied:
-        # None also in a container whose kernel does not apply the limit: the plan warned, and
-        # only the container's host can limit vLLM there.
-        return None
-    effective = current.memory_limit_bytes
-    knob = "memory.limit_in_bytes" if plan.cgroup_version == 1 else "memory.max"
-    # The kernel rounds the limit down to whole pages.
-    if effective is None or not 0 <= wanted - effective < PAGE_SIZE:
-        shown = "no limit" if effective is None else str(effective)
-        return f"the unit's cgroup {knob} is {shown}, expected {wanted}: the memory limit is not in force"
-    return None
-
-
-def observe(plan: VllmPlan, current: VllmServiceState) -> Observation:
-    """Readiness of the service in `current`, for the readiness gate."""
-    status = current.describe()
-    if current.probe is not None and current.probe.serves(plan.served_model_name):
-        problem = memory_limit_problem(plan, current)
-        return Observation(ready=problem is None, status=status, give_up=problem)
-    if current.active_state == "failed":
-        return Observation(False, status, give_up=f"{VLLM_UNIT} failed (result: {current.unit.get('Result', '?')})")
-    if current.active_state == "inactive":
-        return Observation(False, status, give_up=f"{VLLM_UNIT} is not running")
-    return Observation(False, status)
-
-
-class CrashWatch:
-    """`observe`, and give up once a process seen running exits while the gate waits.
-
-    Restart= would only repeat the crash until the timeout (a large model's timeout is long).
-    A unit already waiting to restart when the gate begins gets its restart: the deploy may
-    just have fixed what made it fail (a mount, a flag).
-    """
-
-    def __init__(self) -> None:
-        self.seen_running = False
-
-    def observe(self, plan: VllmPlan, current: VllmServiceState) -> Observation:
-        observation = observe(plan, current)
-        if observation.ready or observation.give_up:
-            return observation
-        if current.unit.get("SubState") == "auto-restart":
-            if self.seen_running:
-                return Observation(False, observation.status,
-                                   give_up=f"{VLLM_UNIT} exited while loading and would only be restarted into the same failure")
-        elif current.main_pid:
-            self.seen_running = True
-        return observation
 
 
 # -- remote commands ------------------------------------------------------------------------

@@ -17,11 +17,12 @@ from io import StringIO
 from pyinfra import host
 from pyinfra.api import FileUploadCommand, FunctionCommand, StringCommand, operation
 
+from hostkit.desired.digest import text_sha256
 from hostkit.desired.vllm_unit import VERIFY_DIR
 from hostkit.desired.watchdog import WatchdogPlan
 from hostkit.facts.watchdog import WatchdogFact
 from hostkit.operations.callbacks import current_connector_arguments
-from hostkit.operations.vllm_service import _log_lines, _script, text_sha256, verify_problems
+from hostkit.operations.vllm_service import _log_lines, _script, verify_problems
 from hostkit.paths import WATCHDOG_SCRIPT_PATH, WATCHDOG_UNIT, WATCHDOG_UNIT_PATH
 
 WATCHDOG_VERIFY_PATH = f"{VERIFY_DIR}/{WATCHDOG_UNIT}"

@@ -18,7 +18,8 @@ from hostkit.facts.storage import SWAP_FILE_SELINUX_TYPE, StorageInfo
 from hostkit.plan.snapshot_facts import driver_version
 from hostkit.plan.gpu_policy import evaluate
 from hostkit.monitoring import STALE_INTERVALS, TIMER, stale_after_s
-from hostkit.operations.kernel import (
+from hostkit.desired.digest import text_sha256
+from hostkit.desired.kernel import (
     render_sysctl_file,
     render_thp_unit,
     sysctl_conflicts,
@@ -26,9 +27,9 @@ from hostkit.operations.kernel import (
     wanted_thp,
 )
 from hostkit.desired.monitoring import wanted_files
-from hostkit.operations.nvme_boot import stale_files
-from hostkit.operations.swap import swap_fstab_line, swap_state
-from hostkit.operations.vllm_service import ENV_FILE_STAT, memory_limit_problem, text_sha256
+from hostkit.desired.nvme_boot import stale_files
+from hostkit.desired.swap import swap_fstab_line, swap_state
+from hostkit.desired.vllm_readiness import memory_limit_problem
 from hostkit.desired.watchdog import watchdog_plan
 from hostkit.paths import (
     NVME_LABEL,
@@ -59,7 +60,7 @@ from hostkit.sizes import MIB, format_size
 from hostkit.facts.kernel_log import KernelLog
 from hostkit.verify.probes import Probes, VllmProcess
 from hostkit.vllm.runtime import InstallTarget, driver_floor, driver_problem, release_matches
-from hostkit.desired.vllm_unit import memory_directives, render_env, render_unit
+from hostkit.desired.vllm_unit import ENV_FILE_STAT, memory_directives, render_env, render_unit
 
 # /proc/swaps leaves out the page mkswap writes its header to (4 KiB, 64 KiB on some arm64).
 SWAP_SIZE_TOLERANCE = 1 * MIB
@@ -221,7 +222,7 @@ def host_setting_checks(container: str) -> list[CheckResult]:
 
 def kernel_checks(plan: KernelPlan, kernel: KernelState, kernel_cmdline: str, host: str) -> list[CheckResult]:
     """The effective values (what /proc/sys and sysfs say now), then how they persist, judged
-    against the wanted state the kernel operations apply (hostkit.operations.kernel's wanted_*,
+    against the wanted state the kernel operations apply (hostkit.desired.kernel's wanted_*,
     render_* and sysctl_conflicts)."""
     results = []
     for path, value in wanted_sysctl(plan).items():

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from hostkit.monitoring import collector_source
-from hostkit.operations.nvme_boot import NVME_WAIT_S
+from hostkit.desired.nvme_boot import NVME_WAIT_S
 
 from tests.e2e.lab_shell import sh
 from tests.prometheus_dist import exposition_served, firing, prometheus_server, shortened_rules

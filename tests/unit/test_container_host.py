@@ -15,6 +15,7 @@ from xml.etree import ElementTree
 
 import pytest
 
+from hostkit.desired.vllm_readiness import memory_limit_problem
 from hostkit.cli.plan import plan_as_json, plan_as_text
 from hostkit.doctor.gather import parse_doctor_output
 from hostkit.doctor.rules import Severity, diagnose
@@ -22,7 +23,6 @@ from hostkit.facts.platform import PlatformFact, script
 from hostkit.facts.snapshot import MARKER as SNAPSHOT_MARKER
 from hostkit.facts.snapshot import HostSnapshotFact
 from hostkit.facts.vllm_service import VllmServiceFact
-from hostkit.operations.vllm_service import memory_limit_problem
 from hostkit.plan.plans import HOST_SETTINGS
 from hostkit.plan.planner import plan_host
 from hostkit.plan.snapshot_facts import planning_facts

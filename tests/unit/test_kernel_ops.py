@@ -15,12 +15,14 @@ import pytest
 from pyinfra.api.exceptions import OperationValueError
 from pyinfra.context import ctx_host
 
+from hostkit.desired.kernel import render_sysctl_file, render_thp_unit, sysctl_conflicts, wanted_sysctl
 from hostkit.facts.kernel import (
     KernelFact,
     KernelState,
     SysctlAssignment,
     SysctlFile,
     ThpSetting,
+    sysctl_path,
 )
 from hostkit.facts.system import SystemFact
 from hostkit.operations import kernel
@@ -46,16 +48,16 @@ def failed_kernel_checks(state, plan, kernel_cmdline=""):
 def converged(plan: KernelPlan = PLAN, **changes) -> KernelState:
     """The state of a host that hostkit has already brought to `plan`."""
     ours = SysctlFile(SYSCTL_FILE, None, tuple(
-        SysctlAssignment(n, kernel.sysctl_path(k), v) for n, (k, v) in enumerate(sorted(plan.sysctl.items()), 3)))
+        SysctlAssignment(n, sysctl_path(k), v) for n, (k, v) in enumerate(sorted(plan.sysctl.items()), 3)))
     state = KernelState(
         sysctl_files=(ours, SysctlFile("/usr/lib/sysctl.d/50-pid-max.conf", None,
                                        (SysctlAssignment(16, "kernel/pid_max", "4194304"),))),
-        hostkit_sysctl_text=kernel.render_sysctl_file(plan),
-        live=kernel.wanted_sysctl(plan),
+        hostkit_sysctl_text=render_sysctl_file(plan),
+        live=wanted_sysctl(plan),
         thp_supported=True,
         thp_enabled=ThpSetting(plan.thp_enabled or "always", ENABLED),
         thp_defrag=ThpSetting(plan.thp_defrag or "madvise", DEFRAG),
-        thp_unit_text=kernel.render_thp_unit(plan) if plan.thp_enabled or plan.thp_defrag else None,
+        thp_unit_text=render_thp_unit(plan) if plan.thp_enabled or plan.thp_defrag else None,
         thp_unit_enabled=bool(plan.thp_enabled or plan.thp_defrag),
     )
     return dataclasses.replace(state, **changes)
@@ -93,7 +95,7 @@ def test_sysctl_fresh_host_applies_live_then_persists_in_one_command():
 
 
 def test_sysctl_only_a_drifted_live_value_is_rewritten():
-    fake = FakeHost(converged(live={**kernel.wanted_sysctl(PLAN), "vm/swappiness": "60"}))
+    fake = FakeHost(converged(live={**wanted_sysctl(PLAN), "vm/swappiness": "60"}))
     [command] = run_op(kernel.sysctl_settings, fake)
     assert "hostkit_sysctl vm/swappiness 10" in command
     assert "tcp_rmem" not in command
@@ -114,11 +116,11 @@ def test_sysctl_marks_the_snapshot_stale_when_it_changes_the_host():
 
 
 def test_sysctl_file_is_rendered_from_the_template():
-    assert kernel.render_sysctl_file(PLAN).splitlines()[-2:] == [
+    assert render_sysctl_file(PLAN).splitlines()[-2:] == [
         "net.ipv4.tcp_rmem = 4096 131072 6291456",
         "vm.swappiness = 10",
     ]
-    assert kernel.render_sysctl_file(PLAN).startswith("# Managed by vllm-hostkit")
+    assert render_sysctl_file(PLAN).startswith("# Managed by vllm-hostkit")
 
 
 LATE_VENDOR = SysctlFile("/usr/lib/sysctl.d/zz-vendor.conf", None, (SysctlAssignment(4, "vm/swappiness", "60"),))
@@ -159,19 +161,19 @@ def test_sysctl_conflict_in_warn_mode_is_logged_and_the_values_applied():
 )
 def test_sysctl_settings_that_cannot_win_at_boot_are_no_conflict(sysctl_file):
     state = with_files(converged(), sysctl_file)
-    assert kernel.sysctl_conflicts(state, PLAN) == []
+    assert sysctl_conflicts(state, PLAN) == []
     assert run_op(kernel.sysctl_settings, FakeHost(state)) == []
 
 
 def test_sysctl_a_file_masked_by_etc_is_no_conflict():
     masking = SysctlFile("/etc/sysctl.d/zz-vendor.conf", None, ())
     state = with_files(converged(), masking, LATE_VENDOR)
-    assert kernel.sysctl_conflicts(state, PLAN) == []
+    assert sysctl_conflicts(state, PLAN) == []
 
 
 def test_sysctl_the_masking_file_itself_is_checked():
     run_copy = SysctlFile("/run/sysctl.d/zz-vendor.conf", None, (SysctlAssignment(2, "vm/swappiness", "1"),))
-    [conflict] = kernel.sysctl_conflicts(with_files(converged(), run_copy, LATE_VENDOR), PLAN)
+    [conflict] = sysctl_conflicts(with_files(converged(), run_copy, LATE_VENDOR), PLAN)
     assert conflict.file.path == "/run/sysctl.d/zz-vendor.conf"
 
 
@@ -220,20 +222,20 @@ def proc_root(tmp_path):
 
 
 def test_sysctl_command_writes_checks_and_persists(proc_root):
-    command = kernel.sysctl_apply_command(kernel.wanted_sysctl(PLAN), kernel.render_sysctl_file(PLAN))
+    command = kernel.sysctl_apply_command(wanted_sysctl(PLAN), render_sysctl_file(PLAN))
     result = run_in(proc_root, command)
     assert result.returncode == 0, result.stderr
     assert (proc_root / "proc/sys/vm/swappiness").read_text() == "10\n"
     assert (proc_root / "proc/sys/net/ipv4/tcp_rmem").read_text() == "4096 131072 6291456\n"
     persisted = proc_root / SYSCTL_FILE.lstrip("/")
-    assert persisted.read_text() == kernel.render_sysctl_file(PLAN)
+    assert persisted.read_text() == render_sysctl_file(PLAN)
     assert oct(persisted.stat().st_mode & 0o777) == "0o644"
     assert [p.name for p in persisted.parent.iterdir()] == [persisted.name]
 
 
 def test_sysctl_command_fails_on_a_missing_key_and_persists_nothing(proc_root):
     plan = KernelPlan(sysctl={"vm.swappiness": "10", "net.netfilter.nf_conntrack_max": "262144"})
-    command = kernel.sysctl_apply_command(kernel.wanted_sysctl(plan), kernel.render_sysctl_file(plan))
+    command = kernel.sysctl_apply_command(wanted_sysctl(plan), render_sysctl_file(plan))
     result = run_in(proc_root, command)
     assert result.returncode != 0
     assert "sysctl net.netfilter.nf_conntrack_max: /proc/sys/net/netfilter/nf_conntrack_max does not exist" \
@@ -254,7 +256,7 @@ def test_sysctl_command_fails_when_the_read_back_differs(proc_root):
     # /dev/null takes the write and reads back empty, as a kernel that keeps its own value.
     (proc_root / "proc/sys/vm/swappiness").unlink()
     (proc_root / "proc/sys/vm/swappiness").symlink_to("/dev/null")
-    result = run_in(proc_root, kernel.sysctl_apply_command({"vm/swappiness": "10"}, kernel.render_sysctl_file(PLAN)))
+    result = run_in(proc_root, kernel.sysctl_apply_command({"vm/swappiness": "10"}, render_sysctl_file(PLAN)))
     assert result.returncode != 0
     assert "sysctl vm.swappiness reads back as '' after writing '10'" in result.stderr
     assert not (proc_root / SYSCTL_FILE.lstrip("/")).exists()
@@ -268,7 +270,7 @@ def test_thp_converged_host_yields_nothing():
 
 
 def test_thp_unit_is_ordered_early_and_fails_loudly():
-    unit = kernel.render_thp_unit(PLAN)
+    unit = render_thp_unit(PLAN)
     lines = unit.splitlines()
     assert "DefaultDependencies=no" in lines
     assert "After=sysinit.target local-fs.target" in lines
@@ -283,7 +285,7 @@ def test_thp_unit_is_ordered_early_and_fails_loudly():
 
 
 def test_thp_unit_sets_only_what_the_plan_asks():
-    unit = kernel.render_thp_unit(KernelPlan(sysctl={}, thp_defrag="never"))
+    unit = render_thp_unit(KernelPlan(sysctl={}, thp_defrag="never"))
     assert [line for line in unit.splitlines() if line.startswith("ExecStart")] == [
         "ExecStart=/bin/sh -c 'echo never > /sys/kernel/mm/transparent_hugepage/defrag'",
     ]
@@ -373,10 +375,10 @@ def test_verify_names_wanted_thp_on_a_kernel_without_it():
 def test_operations_read_the_state_the_fact_parses():
     """A converged host, as the fact would report it, gives no mismatch and no change."""
     lines = [f"sysctl.file {SYSCTL_FILE}"]
-    lines += [f"sysctl.ours {line}" for line in kernel.render_sysctl_file(PLAN).splitlines()]
+    lines += [f"sysctl.ours {line}" for line in render_sysctl_file(PLAN).splitlines()]
     lines += ["sysctl.live vm/swappiness=10", "sysctl.live net/ipv4/tcp_rmem=4096 131072 6291456 "]
     lines += ["thp.enabled always [madvise] never", "thp.defrag always [defer] defer+madvise madvise never"]
-    lines += ["thp.unit-file"] + [f"thp.unit {line}" for line in kernel.render_thp_unit(PLAN).splitlines()]
+    lines += ["thp.unit-file"] + [f"thp.unit {line}" for line in render_thp_unit(PLAN).splitlines()]
     lines += ["thp.unit-enabled"]
     state = KernelFact().process(lines)
     assert failed_kernel_checks(state, PLAN) == []

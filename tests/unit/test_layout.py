@@ -82,3 +82,14 @@ def test_no_package_imports_one_above_it():
     upward = sorted(f"{path}: {importer} imports {imported}" for importer, imported, path in package_imports()
                     if imported in tier and tier[imported] >= tier[importer])
     assert upward == []
+
+
+def test_checks_read_the_desired_state_not_operations():
+    """verify, doctor and smoke judge a host against the wanted state the operations apply, read
+    from hostkit.desired: they import nothing from hostkit.operations."""
+    found = {
+        (str(path.relative_to(REPO)), module)
+        for package in ("verify", "doctor", "smoke") for path in (REPO / "hostkit" / package).rglob("*.py")
+        for module in imported_modules(path) if module == "hostkit.operations" or module.startswith("hostkit.operations.")
+    }
+    assert found == set()

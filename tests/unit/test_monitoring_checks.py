@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from hostkit.desired.digest import text_sha256
 from hostkit.facts.monitoring import MonitoringState
 from hostkit.desired.monitoring import wanted_files
-from hostkit.operations.vllm_service import text_sha256
 from hostkit.plan.plans import MonitoringPlan, VllmPlan
 from hostkit.verify.checks import monitoring_checks
 

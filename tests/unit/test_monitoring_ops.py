@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import shlex
 
+from hostkit.desired.digest import text_sha256
 from hostkit.facts.monitoring import MonitoringState
 from hostkit.monitoring import COLLECTOR_PATH, NODE_EXPORTER_DROPIN, SERVICE_PATH, TIMER_PATH, collector_source
 from hostkit.desired.monitoring import health_url, render_service, render_timer, wanted_files
 from hostkit.operations.monitoring import apply_command, change_reasons, monitoring_changes, remove_command
-from hostkit.operations.vllm_service import text_sha256
 from hostkit.plan.plans import MonitoringPlan, VllmPlan
 
 VLLM = VllmPlan(enabled=True)  # on the default 0.0.0.0:8000

@@ -8,9 +8,10 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+from hostkit.desired.digest import text_sha256
+from hostkit.desired.nvme_boot import render_settings, render_unit, wanted_files
 from hostkit.facts.storage import NVME_FILES, NVME_UNIT_PATH, FstabEntry, StorageFact, parse_by_id
 from hostkit.operations import nvme_boot
-from hostkit.operations.vllm_service import text_sha256
 from hostkit.plan.plans import NvmePlan, SwapPlan
 from tests.unit.op_host import OpHost
 from pyinfra.context import ctx_host
@@ -54,16 +55,16 @@ def test_the_recorded_host_after_the_deploy_needs_nothing():
 
 
 def test_the_settings_say_what_the_boot_brings_back():
-    text = nvme_boot.render_settings(NVME, SWAP)
+    text = render_settings(NVME, SWAP)
     assert f"hk_by_id={BY_ID}\n" in text and "hk_swap_file=/mnt/nvme/vllm-hostkit.swap\n" in text
     assert "hk_swap_size=1073741824\n" in text and "hk_wait_s=30\n" in text
-    elsewhere = nvme_boot.render_settings(NVME, SWAP.model_copy(update={"boot": "fstab",
+    elsewhere = render_settings(NVME, SWAP.model_copy(update={"boot": "fstab",
                                                                         "path": "/var/lib/swap/vllm-hostkit.swap"}))
     assert "hk_swap_file=''\n" in elsewhere
 
 
 def test_the_unit_does_not_hold_the_boot():
-    unit = nvme_boot.render_unit(NVME, SWAP)
+    unit = render_unit(NVME, SWAP)
     assert "Before=vllm.service\n" in unit and "WantedBy=multi-user.target\n" in unit
     directives = [line for line in unit.splitlines() if not line.startswith("#")]
     assert not any(line.startswith("Before=") and "swap.target" in line for line in directives)
@@ -102,7 +103,7 @@ def test_without_nvme_device_an_installed_unit_is_removed():
 
 
 def test_the_wanted_files_are_the_deploys_own_scripts():
-    files = nvme_boot.wanted_files(NVME, SWAP)
+    files = wanted_files(NVME, SWAP)
     assert set(files) == set(NVME_FILES)
     from hostkit.remote import host_file
     assert files["/usr/local/lib/vllm-hostkit/nvme_format.sh"] == host_file("nvme_format.sh")

@@ -18,6 +18,7 @@ import pytest
 from pyinfra.api.exceptions import OperationValueError
 from pyinfra.context import ctx_host
 
+from hostkit.desired.swap import SWAP_DEADLINE_BASE_S, swap_deadline_s
 from hostkit.facts.storage import (
     BlockDevice,
     DeviceSignatures,
@@ -724,5 +725,5 @@ def test_nvme_script_refuses_a_device_that_stopped_being_blank_since_the_snapsho
 
 def test_each_swap_step_has_a_deadline_that_grows_with_the_file():
     small, large = (PLAN.model_copy(update={"size_bytes": size}) for size in (GIB, 16 * GIB))
-    assert swap.swap_deadline_s(small) == 660 and swap.swap_deadline_s(large) == 1560
-    assert swap.swap_deadline_s(SwapPlan(enabled=False)) == swap.SWAP_DEADLINE_BASE_S
+    assert swap_deadline_s(small) == 660 and swap_deadline_s(large) == 1560
+    assert swap_deadline_s(SwapPlan(enabled=False)) == SWAP_DEADLINE_BASE_S

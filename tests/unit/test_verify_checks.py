@@ -14,7 +14,7 @@ from hostkit.facts.snapshot import HostSnapshot, HostSnapshotFact
 from hostkit.facts.storage import FstabEntry
 from hostkit.plan.snapshot_facts import planning_facts
 from hostkit.operations.swap import swap_steps
-from hostkit.operations.vllm_service import service_changes
+from hostkit.desired.changes import service_changes
 from hostkit.plan.planner import plan_host
 from hostkit.profile.validation import profile_from_data
 from hostkit.vllm.readiness import Probe

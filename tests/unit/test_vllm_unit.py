@@ -31,7 +31,12 @@ from hostkit.operations import vllm_service as ops
 from hostkit.paths import VLLM_ENV_FILE, VLLM_UNIT_PATH
 from hostkit.plan.plans import VllmPlan
 from hostkit.vllm.readiness import Observation, Probe, probe_address, wait_until_ready
+from hostkit.desired.changes import ServiceChanges, service_changes
+from hostkit.desired.digest import text_sha256
+from hostkit.desired.vllm_readiness import CrashWatch, memory_limit_problem, observe
 from hostkit.desired.vllm_unit import (
+    ENV_DIR_STAT,
+    ENV_FILE_STAT,
     VERIFY_PATH,
     UnitError,
     config_word,
@@ -75,11 +80,11 @@ def converged(p: VllmPlan = PLAN, **changes) -> VllmServiceState:
     state = VllmServiceState(
         target=ops.service_target(p),
         user_uid=999,
-        unit_sha256=ops.text_sha256(render_unit(p)),
+        unit_sha256=text_sha256(render_unit(p)),
         unit_text=render_unit(p),
-        env_sha256=ops.text_sha256(render_env(p)),
-        env_stat=ops.ENV_FILE_STAT,
-        env_dir_stat=ops.ENV_DIR_STAT,
+        env_sha256=text_sha256(render_env(p)),
+        env_stat=ENV_FILE_STAT,
+        env_dir_stat=ENV_DIR_STAT,
         unit={"LoadState": "loaded", "ActiveState": "active", "SubState": "running", "MainPID": "4242",
               "UnitFileState": "enabled", "NeedDaemonReload": "no", "NRestarts": "0", "DropInPaths": ""},
         memory_limit_bytes=p.memory_max_bytes,
@@ -288,8 +293,8 @@ def test_security_exposure_offline(tmp_path, hardening, at_most):
 # -- what to change ---------------------------------------------------------------------------
 
 
-def changes(state: VllmServiceState, p: VllmPlan = PLAN) -> ops.ServiceChanges:
-    return ops.service_changes(state, render_unit(p), render_env(p))
+def changes(state: VllmServiceState, p: VllmPlan = PLAN) -> ServiceChanges:
+    return service_changes(state, render_unit(p), render_env(p))
 
 
 def test_a_converged_host_needs_nothing():
@@ -298,25 +303,25 @@ def test_a_converged_host_needs_nothing():
 
 def test_a_fresh_host_needs_everything_but_a_reset():
     found = changes(FRESH)
-    assert found == ops.ServiceChanges(create_user=True, fix_env_dir=True, write_env=True, install_unit=True,
+    assert found == ServiceChanges(create_user=True, fix_env_dir=True, write_env=True, install_unit=True,
                                        daemon_reload=True, enable=True, restart=True,
                                        restart_reasons=("not running",))
 
 
 def test_one_flag_changes_the_unit_and_restarts():
     found = changes(converged(), plan(argv=[*PLAN.argv, "--max-num-seqs", "64"]))
-    assert found == ops.ServiceChanges(install_unit=True, daemon_reload=True, restart=True,
+    assert found == ServiceChanges(install_unit=True, daemon_reload=True, restart=True,
                                        restart_reasons=("ExecStart=",))
 
 
 def test_a_new_key_rewrites_the_env_file_and_restarts_without_reload():
     found = changes(converged(), plan(api_key=SecretStr("rotated")))
-    assert found == ops.ServiceChanges(write_env=True, restart=True, restart_reasons=("the environment file",))
+    assert found == ServiceChanges(write_env=True, restart=True, restart_reasons=("the environment file",))
 
 
 def test_a_stopped_unit_is_started():
     found = changes(converged(unit={**converged().unit, "ActiveState": "inactive"}))
-    assert found == ops.ServiceChanges(restart=True, restart_reasons=("not running",))
+    assert found == ServiceChanges(restart=True, restart_reasons=("not running",))
 
 
 def test_every_restart_resets_the_start_limit_first():
@@ -325,7 +330,7 @@ def test_every_restart_resets_the_start_limit_first():
     the service was attempted too often")."""
     looping = converged(unit={**converged().unit, "ActiveState": "activating", "SubState": "auto-restart"})
     failed = converged(unit={**converged().unit, "ActiveState": "failed"})
-    assert changes(failed) == ops.ServiceChanges(restart=True, restart_reasons=("not running",))
+    assert changes(failed) == ServiceChanges(restart=True, restart_reasons=("not running",))
     for state in (failed, looping, converged()):
         installing = run_op(ops.vllm_service, state, plan(api_key=SecretStr("rotated")), executing=True)[-1]
         assert steps(installing)[-2:] == ["systemctl reset-failed vllm.service", "systemctl restart vllm.service"]
@@ -334,25 +339,25 @@ def test_every_restart_resets_the_start_limit_first():
 def test_wrong_env_permissions_are_fixed_without_restart():
     found = changes(converged(env_stat=ModeAndOwnership("644", "root", "root"),
                               env_dir_stat=ModeAndOwnership("755", "root", "root")))
-    assert found == ops.ServiceChanges(fix_env_dir=True, fix_env_file=True)
+    assert found == ServiceChanges(fix_env_dir=True, fix_env_file=True)
 
 
 def test_a_unit_changed_on_disk_but_not_loaded_is_reloaded():
     found = changes(converged(unit={**converged().unit, "NeedDaemonReload": "yes"}))
-    assert found == ops.ServiceChanges(daemon_reload=True)
+    assert found == ServiceChanges(daemon_reload=True)
 
 
 def test_a_comment_change_rewrites_the_unit_without_restart():
     installed = render_unit(PLAN).replace("# Managed by vllm-hostkit;", "# Managed by an older vllm-hostkit;")
-    found = changes(converged(unit_sha256=ops.text_sha256(installed), unit_text=installed))
-    assert found == ops.ServiceChanges(install_unit=True, daemon_reload=True)
+    found = changes(converged(unit_sha256=text_sha256(installed), unit_text=installed))
+    assert found == ServiceChanges(install_unit=True, daemon_reload=True)
     assert found.describe() == "install unit, daemon reload"
 
 
 def test_a_new_release_in_the_inventory_alone_does_not_restart():
     """plan.version only names the release in a comment; the host's binary decides what runs."""
     found = changes(converged(), plan(version="0.32.0"))
-    assert found == ops.ServiceChanges(install_unit=True, daemon_reload=True)
+    assert found == ServiceChanges(install_unit=True, daemon_reload=True)
 
 
 def test_a_replaced_vllm_binary_restarts():
@@ -488,38 +493,38 @@ def test_ready_gate_waits_when_the_memory_limit_is_not_in_force():
 
 
 def test_observe():
-    assert ops.observe(PLAN, converged()).ready
-    loading = ops.observe(PLAN, converged(probe=LOADING))
+    assert observe(PLAN, converged()).ready
+    loading = observe(PLAN, converged(probe=LOADING))
     assert not loading.ready and loading.give_up is None
     wrong_model = converged(probe=dataclasses.replace(READY, models=("other",)))
-    assert not ops.observe(PLAN, wrong_model).ready
-    failed = ops.observe(PLAN, converged(probe=LOADING, unit={"ActiveState": "failed", "Result": "exit-code"}))
+    assert not observe(PLAN, wrong_model).ready
+    failed = observe(PLAN, converged(probe=LOADING, unit={"ActiveState": "failed", "Result": "exit-code"}))
     assert failed.give_up == "vllm.service failed (result: exit-code)"
     restarting = converged(probe=LOADING, unit={"ActiveState": "activating", "SubState": "auto-restart"})
-    assert ops.observe(PLAN, restarting).give_up is None
+    assert observe(PLAN, restarting).give_up is None
 
 
 def test_the_gate_gives_up_on_a_crash_it_saw_but_lets_a_pending_restart_happen():
     running = converged(probe=LOADING, unit={"ActiveState": "activating", "SubState": "start", "MainPID": "4242"})
     crashed = converged(probe=LOADING, unit={"ActiveState": "activating", "SubState": "auto-restart", "MainPID": "0"})
-    watch = ops.CrashWatch()
+    watch = CrashWatch()
     # Waiting to restart when the gate begins: the restart may work now.
     assert watch.observe(PLAN, crashed).give_up is None
     assert watch.observe(PLAN, running).give_up is None
     gave_up = watch.observe(PLAN, crashed)
     assert not gave_up.ready and "exited while loading" in gave_up.give_up
-    fresh = ops.CrashWatch()
+    fresh = CrashWatch()
     assert fresh.observe(PLAN, running).give_up is None
     assert fresh.observe(PLAN, converged()).ready
 
 
 def test_memory_limit_problem_allows_page_rounding_only():
-    assert ops.memory_limit_problem(PLAN, converged()) is None
-    assert ops.memory_limit_problem(PLAN, converged(memory_limit_bytes=6 * 2**30 - 4095)) is None
-    assert "not in force" in ops.memory_limit_problem(PLAN, converged(memory_limit_bytes=6 * 2**30 - 4096))
-    assert "memory.limit_in_bytes is no limit" in ops.memory_limit_problem(
+    assert memory_limit_problem(PLAN, converged()) is None
+    assert memory_limit_problem(PLAN, converged(memory_limit_bytes=6 * 2**30 - 4095)) is None
+    assert "not in force" in memory_limit_problem(PLAN, converged(memory_limit_bytes=6 * 2**30 - 4096))
+    assert "memory.limit_in_bytes is no limit" in memory_limit_problem(
         plan(cgroup_version=1), converged(memory_limit_bytes=None))
-    assert ops.memory_limit_problem(plan(memory_max_bytes=None), converged(memory_limit_bytes=None)) is None
+    assert memory_limit_problem(plan(memory_max_bytes=None), converged(memory_limit_bytes=None)) is None
 
 
 class FakeClock:
@@ -732,14 +737,14 @@ def test_recorded_serving_host_cgroup_v2():
     state = recorded("fact-debian12-v2-serving.txt")
     assert state.is_active and state.is_enabled and state.main_pid > 0
     assert state.memory_limit_bytes == 1037041664 and state.memory_peak_bytes > 0 and state.oom_kills == 0
-    assert state.env_stat == ops.ENV_FILE_STAT and state.env_dir_stat == ops.ENV_DIR_STAT
+    assert state.env_stat == ENV_FILE_STAT and state.env_dir_stat == ENV_DIR_STAT
     assert state.probe.serves("lab-model")
 
 
 def test_recorded_serving_host_cgroup_v1():
     state = recorded("fact-debian12-v1-serving.txt")
     assert state.is_active and state.memory_limit_bytes == 1037041664 and state.memory_peak_bytes == 17051648
-    assert ops.memory_limit_problem(plan(cgroup_version=1, memory_max_bytes=1037041664), state) is None
+    assert memory_limit_problem(plan(cgroup_version=1, memory_max_bytes=1037041664), state) is None
 
 
 def test_recorded_host_without_the_unit_needs_install_and_start():

@@ -14,13 +14,14 @@ from pyinfra.context import ctx_host
 from tests.unit.op_host import OpHost
 from tests.waiting import wait_for
 from hostkit.remote import vllm_watchdog as wd
+from hostkit.desired.digest import text_sha256
 from hostkit.desired import watchdog as desired
 from hostkit.facts.watchdog import WatchdogFact, WatchdogState
 from hostkit.operations import watchdog as op
 from hostkit.paths import WATCHDOG_SCRIPT_PATH, WATCHDOG_UNIT
 from hostkit.plan.planner import watchdog_settings
 from hostkit.plan.plans import WatchdogSettings
-from hostkit.operations.vllm_service import text_sha256, verify_problems
+from hostkit.operations.vllm_service import verify_problems
 from hostkit.profile.validation import profile_from_data
 from tests.unit.test_standin import standins, start  # noqa: F401 (fixture)
 from tests.unit.test_vllm_unit import PLAN, local_systemd_version, needs_systemd_analyze

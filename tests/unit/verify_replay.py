@@ -16,9 +16,9 @@ from testinfra.backend.base import CommandResult
 from hostkit.facts.snapshot import MARKER as SNAPSHOT_MARKER
 from hostkit.facts.snapshot import HostSnapshotFact
 from hostkit.plan.snapshot_facts import planning_facts
-from hostkit.operations.kernel import render_sysctl_file, render_thp_unit
-from hostkit.operations.nvme_boot import wanted_files
-from hostkit.operations.vllm_service import text_sha256
+from hostkit.desired.digest import text_sha256
+from hostkit.desired.kernel import render_sysctl_file, render_thp_unit
+from hostkit.desired.nvme_boot import wanted_files
 from hostkit.desired.watchdog import watchdog_plan
 from hostkit.plan.planner import plan_host
 from hostkit.paths import NVME_LABEL
