@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 BIN := $(VENV)/bin
 
-.PHONY: install demo demo-real test before-lanes unit realvllm lab-images e2e e2e-releases e2e-real lab-down clean
+.PHONY: install demo demo-real test before-lanes unit unit-pure realvllm lab-images e2e e2e-releases e2e-real lab-down clean
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -51,6 +51,10 @@ lab-images: install
 
 unit: install
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(PY) -m pytest tests/unit -q
+
+# The pure unit tests alone (no process started: tests/unit/conftest.py), in seconds.
+unit-pure: install
+	$(PY) -m pytest tests/unit -q -m "not processes"
 
 # Real vLLM 0.32 (the CPU build) started here, natively: what hostkit assumes about vLLM,
 # checked against the real server and the stand-in alike (tests/realvllm). Its wheelhouse,

@@ -24,12 +24,14 @@ def run(promtool: str, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([promtool, *args], capture_output=True, text=True, timeout=120, check=False)
 
 
+@pytest.mark.processes
 def test_rules_pass_promtool_check(promtool):
     result = run(promtool, "check", "rules", str(RULES))
     assert result.returncode == 0, result.stdout + result.stderr
     assert "SUCCESS: 13 rules found" in result.stdout
 
 
+@pytest.mark.processes
 def test_rules_pass_their_promtool_unit_tests(promtool):
     result = run(promtool, "test", "rules", str(RULE_TESTS))
     assert result.returncode == 0, result.stdout + result.stderr
@@ -46,6 +48,7 @@ def test_every_alert_is_unit_tested_and_says_what_to_do():
     assert len(summaries) == len(alerts) and all(": " in s.split("summary:", 1)[1] for s in summaries)
 
 
+@pytest.mark.processes
 def test_a_wrong_threshold_fails_the_promtool_tests(promtool, tmp_path):
     """The rule tests can fail: the same tests against rules with the memory threshold moved."""
     (tmp_path / "hostkit" / "monitoring").mkdir(parents=True)

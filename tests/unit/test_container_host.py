@@ -86,6 +86,7 @@ def put(root: Path, path: str, data: bytes) -> None:
     target.write_bytes(data)
 
 
+@pytest.mark.processes
 def test_without_systemd_detect_virt_the_run_file_then_pid1s_environment_name_the_container(tmp_path):
     put(tmp_path, "/proc/1/environ", (CONTAINER / "nspawn-debian12.pid1-environ").read_bytes())
     assert PlatformFact().process(run_platform(tmp_path)).container == "systemd-nspawn"
@@ -93,6 +94,7 @@ def test_without_systemd_detect_virt_the_run_file_then_pid1s_environment_name_th
     assert PlatformFact().process(run_platform(tmp_path)).container == "lxc"
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize(("mountinfo", "unapplied"), [
     ("nspawn-debian12.mountinfo", "mounted read-only"),
     ("lab-controller.mountinfo", None),
@@ -103,6 +105,7 @@ def test_the_memory_hierarchy_is_read_from_mountinfo(tmp_path, mountinfo, unappl
     assert found is None if unapplied is None else unapplied in found
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize(("controllers", "applied"), [
     (b"cpuset cpu io memory hugetlb pids rdma misc\n", True),  # a cgroup v2 VM or a delegated container
     (b"cpu io pids\n", False),  # a container its host gave no memory controller

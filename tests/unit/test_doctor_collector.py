@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 import subprocess
 from pathlib import Path
 
@@ -64,6 +66,7 @@ def test_no_file_is_a_warning_only_where_the_inventory_enables_monitoring():
     assert "monitoring-missing" not in codes(diagnose(inputs, disabled))
 
 
+@pytest.mark.processes
 def test_the_command_reads_the_profiles_file_only_when_present(tmp_path):
     metrics = tmp_path / "hostkit.prom"
 

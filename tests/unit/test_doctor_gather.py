@@ -140,6 +140,7 @@ def test_hostkits_current_release_and_the_cpu_build_are_found():
     assert pick_vllm_version(found, ("/opt/vllm/current/bin/hostkit-vllm", "serve")) == ("0.32.0", None)
 
 
+@pytest.mark.processes
 def test_probe_is_valid_shell_and_runs_here(tmp_path):
     script = doctor_command(vllm_command="/opt/vllm/bin/vllm")
     subprocess.run(["sh", "-n", "-c", script], check=True)
@@ -156,6 +157,7 @@ def test_fact_command_takes_unit_and_command():
     assert "unit='my vllm.service'" in command and "hk_vllm_command=/x/bin/vllm" in command
 
 
+@pytest.mark.processes
 def test_local_gather_uses_psutil_for_memory():
     psutil = pytest.importorskip("psutil")
     inputs = gather_local()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 import json
 import subprocess
 import sys
@@ -62,6 +64,7 @@ def test_usage_needs_local_or_an_inventory():
     assert runner.invoke(main, ["doctor", "--local", "--limit", "x"]).exit_code == 2
 
 
+@pytest.mark.processes
 def test_local_run_prints_json():
     result = CliRunner().invoke(main, ["doctor", "--local", "--format", "json"])
     assert result.exit_code in (0, 1), result.output
@@ -69,6 +72,7 @@ def test_local_run_prints_json():
     assert document["hosts"][0]["inputs"]["memory"]["ram_total_bytes"] > 0
 
 
+@pytest.mark.processes
 def test_inventory_run_through_pyinfra_on_the_local_connector(tmp_path):
     # pyinfra's @local connector runs the same probe through the same API path as ssh hosts;
     # a subprocess keeps gevent's monkey-patching out of this test process.
@@ -88,6 +92,7 @@ def test_inventory_run_through_pyinfra_on_the_local_connector(tmp_path):
     assert result.returncode == document["exit_code"]
 
 
+@pytest.mark.processes
 def test_unreachable_inventory_host_exits_2(tmp_path):
     inventory = tmp_path / "inventory.py"
     # Nothing listens on port 1 of loopback: the connection is refused at once.

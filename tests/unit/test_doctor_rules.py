@@ -302,6 +302,7 @@ def test_unattended_upgrades_of_the_driver_are_reported_with_the_hold_as_fix():
     assert "driver-auto-upgrades" not in codes(diagnose(held))
 
 
+@pytest.mark.processes
 def test_the_doctor_reads_the_platform_of_this_host():
     from hostkit.doctor.gather import gather_local
 

@@ -147,6 +147,7 @@ def run_gpu_section(tmp_path: Path, nvidia_smi: str) -> list[str]:
     return result.stdout.splitlines()
 
 
+@pytest.mark.processes
 def test_command_reads_comm_and_cgroup_of_listed_pids(tmp_path):
     with subprocess.Popen(["sleep", "60"]) as sleeper:
         try:
@@ -164,6 +165,7 @@ def test_command_reads_comm_and_cgroup_of_listed_pids(tmp_path):
     assert by_pid[99999999].name == "" and by_pid[99999999].cgroups == ()
 
 
+@pytest.mark.processes
 def test_a_hanging_nvidia_smi_is_cut_at_its_deadline(tmp_path, monkeypatch):
     monkeypatch.setattr("hostkit.facts.gpu.NVIDIA_SMI_S", 1)
     lines = run_gpu_section(tmp_path, "sleep 30")

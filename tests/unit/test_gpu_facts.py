@@ -181,6 +181,7 @@ def kernel_logs(tmp_path) -> Path:
     return tmp_path
 
 
+@pytest.mark.processes
 def test_command_runs_without_nvidia_tools(tmp_path, kernel_logs):
     assert not Path("/proc/driver/nvidia/version").exists()
     lines = run_section_command(tmp_path, [kernel_logs])
@@ -191,6 +192,7 @@ def test_command_runs_without_nvidia_tools(tmp_path, kernel_logs):
     assert not (kernel_logs / "called").exists()  # no driver loaded: the kernel log is not read
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize(
     ("journal", "dmesg", "source", "xids"),
     [
@@ -220,6 +222,7 @@ def test_no_driver_is_not_an_unreadable_kernel_log():
     assert evaluate(GpuPolicy(required=True), facts).warnings == ()
 
 
+@pytest.mark.processes
 def test_command_passes_nvidia_smi_errors_through(tmp_path):
     fake = tmp_path / "nvidia-smi"
     fake.write_text(
@@ -233,6 +236,7 @@ def test_command_passes_nvidia_smi_errors_through(tmp_path):
     assert facts.nvidia_smi_error.startswith("Failed to initialize NVML")
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("rows", [1, 3])
 def test_command_reads_query_rows(tmp_path, rows):
     row = (FIXTURES / "h200.txt").read_text().splitlines()[1]

@@ -92,6 +92,7 @@ def test_the_api_key_is_read_back_as_hostkit_writes_it(tmp_path):
     assert api_key_from_env_file(str(tmp_path / "missing")) is None
 
 
+@pytest.mark.processes
 def test_a_host_program_keeps_its_future_imports_first_and_runs_with_the_library(tmp_path):
     program = "#!/usr/bin/python3\n'\'\'doc'\'\'\nfrom __future__ import annotations\nprint(http_request.__name__)\n"
     text = host_program(program, "http_request.py")
@@ -111,6 +112,7 @@ INSTALLED = {
 }
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("program", INSTALLED)
 def test_an_installed_program_asks_over_http_on_its_own(program, tmp_path):
     """As its unit runs it: one file, no hostkit to import (-I -S: no site packages)."""

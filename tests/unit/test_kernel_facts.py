@@ -148,6 +148,7 @@ def run_command_in(root: Path) -> list[str]:
     return [line.replace(str(root), "") for line in result.stdout.splitlines()]
 
 
+@pytest.mark.processes
 def test_command_reads_live_values_for_the_keys_of_hostkits_file(fake_root):
     (fake_root / SYSCTL_FILE.lstrip("/")).write_text(
         "# managed\n"
@@ -166,6 +167,7 @@ def test_command_reads_live_values_for_the_keys_of_hostkits_file(fake_root):
     assert state.hostkit_sysctl_text.startswith("# managed\nvm.swappiness = 10\n")
 
 
+@pytest.mark.processes
 def test_command_lists_every_sysctl_file_with_links_and_settings(fake_root):
     (fake_root / "etc/sysctl.conf").write_text("# comment\nvm.swappiness=1\n")
     (fake_root / "etc/sysctl.d/99-sysctl.conf").symlink_to("../sysctl.conf")
@@ -185,6 +187,7 @@ def test_command_lists_every_sysctl_file_with_links_and_settings(fake_root):
     assert state.hostkit_sysctl_text is None
 
 
+@pytest.mark.processes
 def test_command_reads_thp_and_the_installed_unit(fake_root):
     unit = fake_root / "etc/systemd/system/vllm-hostkit-thp.service"
     unit.write_text("[Unit]\n\n  indented = kept\n")
@@ -197,6 +200,7 @@ def test_command_reads_thp_and_the_installed_unit(fake_root):
     assert state.thp_unit_enabled
 
 
+@pytest.mark.processes
 def test_command_reports_a_kernel_without_thp(fake_root):
     for name in ("enabled", "defrag"):
         (fake_root / "sys/kernel/mm/transparent_hugepage" / name).unlink()

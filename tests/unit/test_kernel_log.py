@@ -66,6 +66,7 @@ def test_new_lines_are_those_logged_between_two_reads():
     assert new_lines(after, after) == ()
 
 
+@pytest.mark.processes
 def test_command_runs_and_always_exits_zero():
     result = subprocess.run(["sh", "-c", oom_lines_command()], capture_output=True, text=True, timeout=60, check=False)
     assert result.returncode == 0
@@ -87,6 +88,7 @@ def _read(tmp_path: Path, journal: list[str] | None, dmesg: list[str], command: 
     return result.stdout.splitlines()
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize(
     ("journal", "dmesg", "source"),
     [(["boot", *MEMCG], ["other"], "journalctl"), ([], ["boot", *GLOBAL], "dmesg"), (None, ["boot", *GLOBAL], "dmesg"),
@@ -99,6 +101,7 @@ def test_reads_the_first_source_that_prints_a_line(tmp_path, journal, dmesg, sou
     assert list(log.lines) == expected and log.total == len(expected)
 
 
+@pytest.mark.processes
 def test_keeps_the_first_or_the_last_lines_and_counts_them_all(tmp_path):
     logged = [f"[ {n}.0] Out of memory: Killed process {n} (python3)" for n in range(1, 8)]
     first = parse_kernel_log(_read(tmp_path, logged, [], kernel_log_command(OOM_LINES, 3)))
@@ -107,6 +110,7 @@ def test_keeps_the_first_or_the_last_lines_and_counts_them_all(tmp_path):
     assert (last.lines, last.total) == (tuple(logged[-3:]), 7)
 
 
+@pytest.mark.processes
 def test_a_read_that_times_out_is_unreadable_and_not_retried(tmp_path, monkeypatch):
     monkeypatch.setattr("hostkit.facts.kernel_log.KERNEL_LOG_S", 1)
     (tmp_path / "bin").mkdir()

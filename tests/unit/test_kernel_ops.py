@@ -221,6 +221,7 @@ def proc_root(tmp_path):
     return tmp_path
 
 
+@pytest.mark.processes
 def test_sysctl_command_writes_checks_and_persists(proc_root):
     command = kernel.sysctl_apply_command(wanted_sysctl(PLAN), render_sysctl_file(PLAN))
     result = run_in(proc_root, command)
@@ -233,6 +234,7 @@ def test_sysctl_command_writes_checks_and_persists(proc_root):
     assert [p.name for p in persisted.parent.iterdir()] == [persisted.name]
 
 
+@pytest.mark.processes
 def test_sysctl_command_fails_on_a_missing_key_and_persists_nothing(proc_root):
     plan = KernelPlan(sysctl={"vm.swappiness": "10", "net.netfilter.nf_conntrack_max": "262144"})
     command = kernel.sysctl_apply_command(wanted_sysctl(plan), render_sysctl_file(plan))
@@ -243,6 +245,7 @@ def test_sysctl_command_fails_on_a_missing_key_and_persists_nothing(proc_root):
     assert not (proc_root / SYSCTL_FILE.lstrip("/")).exists()
 
 
+@pytest.mark.processes
 def test_sysctl_command_fails_when_the_value_does_not_stick(proc_root):
     # A file the write cannot replace stands in for a kernel that keeps its own value.
     (proc_root / "proc/sys/vm/swappiness").unlink()
@@ -252,6 +255,7 @@ def test_sysctl_command_fails_when_the_value_does_not_stick(proc_root):
     assert "sysctl vm.swappiness: the kernel refused the value '10'" in result.stderr
 
 
+@pytest.mark.processes
 def test_sysctl_command_fails_when_the_read_back_differs(proc_root):
     # /dev/null takes the write and reads back empty, as a kernel that keeps its own value.
     (proc_root / "proc/sys/vm/swappiness").unlink()

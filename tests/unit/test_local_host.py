@@ -27,6 +27,8 @@ from hostkit.verify.report import to_json
 from hostkit.verify.runner import verify_host
 from verify_replay import LAB_DATA, FakeHost
 
+pytestmark = pytest.mark.processes
+
 REPO = Path(__file__).resolve().parents[2]
 DATA = {"vllm_enabled": False, "swap_enabled": False, "monitoring_enabled": False}
 AREAS = {"test_swap": "swap", "test_kernel": "kernel", "test_gpu": "gpu", "test_vllm_unit": "vllm",

@@ -118,6 +118,7 @@ def test_a_holder_elsewhere_is_trusted_until_the_lock_is_stale():
     assert unreadable.allowed and "unreadable holder" in unreadable.reason
 
 
+@pytest.mark.processes
 def test_controller_process_liveness_uses_pid_and_start_time():
     me = LockOwner.for_this_run("h")
     assert lock.controller_process_alive(me) is True
@@ -133,6 +134,7 @@ def test_controller_process_liveness_uses_pid_and_start_time():
 # -- the shell script, for real -----------------------------------------------------------------
 
 
+@pytest.mark.processes
 def test_first_run_acquires_and_a_second_sees_the_holder(lock_dir):
     first, second = owner("a", pid=1), owner("b", pid=2)
     assert probe(first).acquired
@@ -142,6 +144,7 @@ def test_first_run_acquires_and_a_second_sees_the_holder(lock_dir):
     assert (lock_dir / "deploy.lock").read_text() == first.line() + "\n"
 
 
+@pytest.mark.processes
 def test_takeover_replaces_only_the_lock_it_judged(lock_dir):
     first, second, third = owner("a", pid=1), owner("b", pid=2), owner("c", pid=3)
     probe(first)
@@ -151,6 +154,7 @@ def test_takeover_replaces_only_the_lock_it_judged(lock_dir):
     assert LockOwner.parse((lock_dir / "deploy.lock").read_text()) == second
 
 
+@pytest.mark.processes
 def test_release_removes_only_ones_own_lock(lock_dir):
     first, second = owner("a", pid=1), owner("b", pid=2)
     probe(first)
@@ -161,6 +165,7 @@ def test_release_removes_only_ones_own_lock(lock_dir):
     assert probe(second).acquired
 
 
+@pytest.mark.processes
 def test_of_many_simultaneous_runs_exactly_one_acquires(lock_dir):
     owners = [owner(f"h{i}", pid=i) for i in range(12)]
     with concurrent.futures.ThreadPoolExecutor(len(owners)) as pool:
@@ -171,6 +176,7 @@ def test_of_many_simultaneous_runs_exactly_one_acquires(lock_dir):
     assert LockOwner.parse((lock_dir / "deploy.lock").read_text()) == winners[0]
 
 
+@pytest.mark.processes
 def test_commands_of_an_earlier_run_are_listed_but_not_the_lock_command_itself():
     leftover = orphan(30)
     try:
@@ -238,6 +244,7 @@ def test_prepare_touches_nothing():
     assert fake.commands == 0
 
 
+@pytest.mark.processes
 def test_acquire_then_release_yield_nothing_so_a_converged_host_reports_no_change(lock_dir):
     fake = LocalHost()
     fake._hostkit_snapshot = MemoisedSnapshot(fake, None, HostSnapshot({}))
@@ -249,6 +256,7 @@ def test_acquire_then_release_yield_nothing_so_a_converged_host_reports_no_chang
     assert not (lock_dir / "deploy.lock").exists()
 
 
+@pytest.mark.processes
 def test_a_second_live_run_is_refused_and_the_first_keeps_its_lock(lock_dir):
     first, second = LocalHost(), LocalHost()
     run_op(first, lock.acquire_deploy_lock)
@@ -260,6 +268,7 @@ def test_a_second_live_run_is_refused_and_the_first_keeps_its_lock(lock_dir):
     assert (lock_dir / "deploy.lock").read_text() == before
 
 
+@pytest.mark.processes
 def test_the_lock_of_a_killed_run_is_taken_over(lock_dir):
     child = subprocess.Popen([sys.executable, "-c", "pass"])
     dead = LockOwner("dead", socket.gethostname(), child.pid, psutil.Process(child.pid).create_time(), "gpu-01")
@@ -272,6 +281,7 @@ def test_the_lock_of_a_killed_run_is_taken_over(lock_dir):
     assert any("no longer runs" in line for line in fake.logged)
 
 
+@pytest.mark.processes
 def test_a_takeover_waits_for_the_earlier_runs_commands(lock_dir, monkeypatch):
     monkeypatch.setattr(lock, "LEFTOVER_POLL_S", 0.2)
     lock_dir.mkdir()
@@ -287,6 +297,7 @@ def test_a_takeover_waits_for_the_earlier_runs_commands(lock_dir, monkeypatch):
         kill(leftover)
 
 
+@pytest.mark.processes
 def test_a_takeover_gives_up_on_commands_that_do_not_end(lock_dir):
     lock_dir.mkdir()
     (lock_dir / "deploy.lock").write_text(owner(controller="elsewhere").line() + "\n")
@@ -300,6 +311,7 @@ def test_a_takeover_gives_up_on_commands_that_do_not_end(lock_dir):
         kill(leftover)
 
 
+@pytest.mark.processes
 def test_a_host_that_fails_part_way_releases_its_lock(lock_dir):
     fake = LocalHost()
     run_op(fake, lock.acquire_deploy_lock)

@@ -198,6 +198,7 @@ def test_write_is_atomic(tmp_path):
     assert target.stat().st_mode & 0o777 == 0o644
 
 
+@pytest.mark.processes
 def test_a_wedged_command_is_abandoned_at_its_deadline():
     import time
 

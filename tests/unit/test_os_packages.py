@@ -54,6 +54,7 @@ def test_debian_minbase_python3_without_its_venv_package_then_with_it(release, p
     assert not added.driver_packages and not added.auto_upgrades
 
 
+@pytest.mark.processes
 def test_the_platform_script_reads_them_from_dpkgs_database(tmp_path):
     """Debian 12's own dpkg status, read by the one awk that also looks for driver packages;
     with none of those, nothing asks how upgrades run (apt-config would fail the test)."""
@@ -227,6 +228,7 @@ def calls(env: dict[str, str]) -> list[str]:
     return ["update" if line.endswith(" update") else "install" for line in Path(env["calls"]).read_text().splitlines()]
 
 
+@pytest.mark.processes
 def test_a_fresh_host_without_package_lists_updates_them_then_installs(tmp_path):
     env = fake_apt(tmp_path, reachable=True)
     result = run_packages(env)
@@ -235,6 +237,7 @@ def test_a_fresh_host_without_package_lists_updates_them_then_installs(tmp_path)
     assert calls(env) == ["install", "update", "install"]
 
 
+@pytest.mark.processes
 def test_no_repository_fails_naming_the_packages_the_fix_and_aptss_own_words(tmp_path):
     env = fake_apt(tmp_path, reachable=False)
     result = run_packages(env)
@@ -249,6 +252,7 @@ def test_no_repository_fails_naming_the_packages_the_fix_and_aptss_own_words(tmp
     assert "E: Unable to locate package libnuma1" in result.stderr
 
 
+@pytest.mark.processes
 def test_only_the_venv_package_missing_leaves_the_venv_to_a_pip_wheel(tmp_path):
     env = fake_apt(tmp_path, reachable=False)
     result = run_packages(env, packages=(VENV_311,))
@@ -257,6 +261,7 @@ def test_only_the_venv_package_missing_leaves_the_venv_to_a_pip_wheel(tmp_path):
             "100): the venv's pip must come from a pip wheel in a vllm_find_links directory") in result.stdout
 
 
+@pytest.mark.processes
 def test_package_files_are_installed_without_asking_a_repository(tmp_path):
     env = fake_apt(tmp_path, reachable=True)
     files = ["/srv/debs/libnuma1_2.0.16-1_amd64.deb", "/srv/debs/python3.11-venv_3.11.2-6+deb12u9_amd64.deb"]
@@ -269,6 +274,7 @@ def test_package_files_are_installed_without_asking_a_repository(tmp_path):
             "missing dependencies) to vllm_os_package_files, or empty it") in result.stderr
 
 
+@pytest.mark.processes
 def test_a_package_manager_past_its_deadline_is_stopped(tmp_path, monkeypatch):
     monkeypatch.setattr(vllm_install, "PACKAGE_TIMEOUT_S", 1)
     env = fake_apt(tmp_path, reachable=True, sleep=5)

@@ -3,6 +3,8 @@ replaced by scripts that print documented output, and its parser."""
 
 from __future__ import annotations
 
+import pytest
+
 import shutil
 import subprocess
 from pathlib import Path
@@ -41,6 +43,7 @@ def put(root: Path, path: str, text: str, mode: int = 0o644) -> None:
     target.chmod(mode)
 
 
+@pytest.mark.processes
 def test_ubuntu_with_unattended_upgrades_leaves_the_driver_unprotected(tmp_path):
     dump = (FIXTURES / "ubuntu-24.04-apt-config-dump.txt").read_text()
     put(tmp_path / "root", "/var/lib/dpkg/status", (FIXTURES / "ubuntu-24.04-dpkg-status").read_text())
@@ -76,6 +79,7 @@ def test_unattended_upgrades_off_or_blacklisting_the_driver_protects_it(tmp_path
     assert listed.auto_upgrades and listed.unprotected_driver_packages() == []
 
 
+@pytest.mark.processes
 def test_rhel8_platform_python_selinux_enforcing_and_a_no_thp_tuned_profile(tmp_path):
     root = tmp_path / "root"
     put(root, "/sys/fs/selinux/enforce", "1\n")
@@ -108,6 +112,7 @@ def test_rhel8_platform_python_selinux_enforcing_and_a_no_thp_tuned_profile(tmp_
     assert info.runtime_packages == ["numactl-libs"]
 
 
+@pytest.mark.processes
 def test_dnf_automatic_download_only_is_no_automatic_upgrade(tmp_path):
     (tmp_path / "root").mkdir()
     put(tmp_path / "root", "/etc/dnf/automatic.conf", "[commands]\napply_updates = no\n")
@@ -121,6 +126,7 @@ def test_dnf_automatic_download_only_is_no_automatic_upgrade(tmp_path):
     assert not info.auto_upgrades
 
 
+@pytest.mark.processes
 def test_no_python_and_a_missing_tuned_profile(tmp_path):
     root = tmp_path / "root"
     put(root, "/sys/fs/selinux/enforce", "0\n")
@@ -135,6 +141,7 @@ def test_no_python_and_a_missing_tuned_profile(tmp_path):
     assert info.tuned_settings["sysctl.vm.swappiness"] == "30"
 
 
+@pytest.mark.processes
 def test_a_stale_tuned_pid_file_is_no_running_tuned(tmp_path):
     root = tmp_path / "root"
     put(root, "/run/tuned/tuned.pid", "4242\n")  # no /proc/4242
@@ -154,6 +161,7 @@ def test_tuned_section_type_and_later_profiles_win():
     assert PlatformFact().process(output).tuned_settings == {"sysctl.vm.swappiness": "2"}
 
 
+@pytest.mark.processes
 def test_this_host():
     """The script as it runs on a host: here a Debian without SELinux or tuned."""
     result = subprocess.run(["sh", "-c", PlatformFact().command()], capture_output=True, text=True, timeout=60,

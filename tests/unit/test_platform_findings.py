@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 import subprocess
 from pathlib import Path
 
@@ -86,6 +88,7 @@ def test_tuned_profiles_that_set_thp_or_swappiness_conflict(tmp_path):
     assert warnings == []
 
 
+@pytest.mark.processes
 def test_the_hold_command_runs_under_sh(tmp_path):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()

@@ -17,6 +17,8 @@ import pytest
 from hostkit.paths import PLATFORM_PYTHON
 from hostkit.vllm.readiness import Probe, probe_command
 
+pytestmark = pytest.mark.processes
+
 KEY = 'k"$1 \\x'
 MODELS = json.dumps({"object": "list", "data": [{"id": "lab"}]}).encode()
 

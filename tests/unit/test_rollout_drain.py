@@ -110,6 +110,7 @@ def test_wait_idle_gives_up_at_its_deadline(metrics_server):
     assert time.monotonic() - started < 3
 
 
+@pytest.mark.processes
 def test_the_idle_script_on_a_host_needs_only_the_standard_library(metrics_server, tmp_path):
     _, url = metrics_server
     _Metrics.answers = [STANDIN_METRICS.replace("running 1", "running 0")]
@@ -126,6 +127,7 @@ def test_a_server_that_does_not_answer_runs_nothing():
 # -- the hooks -----------------------------------------------------------------------------------
 
 
+@pytest.mark.processes
 def test_a_hook_gets_the_host_name_last_and_in_its_environment(tmp_path):
     log = tmp_path / "log"
     script = f"import os, sys; open({str(log)!r}, 'a').write(sys.argv[1] + ' ' + sys.argv[2] + ' ' + os.environ['HOSTKIT_HOST'])"
@@ -134,6 +136,7 @@ def test_a_hook_gets_the_host_name_last_and_in_its_environment(tmp_path):
     assert log.read_text() == "--pool=a gpu-01 gpu-01"
 
 
+@pytest.mark.processes
 def test_a_failing_or_hanging_hook_says_so(tmp_path):
     failed = run_hook("drain", [sys.executable, "-c", "import sys; sys.exit('lb: no such backend')"], "gpu-01", 30)
     assert not failed.passed and "exited 1: lb: no such backend" in failed.detail

@@ -77,6 +77,7 @@ def test_probe_gives_up_on_a_server_that_never_answers():
     assert time.monotonic() - started < 5
 
 
+@pytest.mark.processes
 def test_probe_script_on_a_host_reads_the_key_from_stdin(standin, tmp_path):
     # -I -S, away from the checkout: the standard library alone, as on a host without hostkit.
     argv = [sys.executable, "-I", "-S", "-c", PROBE_SOURCE,

@@ -6,6 +6,8 @@ import json
 import shutil
 from pathlib import Path
 
+import pytest
+
 from hostkit.fleet.pyinfra_runner import PyinfraRun
 from hostkit.rollout.pyinfra_batch import PyinfraBatchDeployer, limit_args, read_batch, redact
 
@@ -63,6 +65,7 @@ def test_limit_args_and_redaction():
     assert redact("curl -H 'Bearer s3cret' x", ["s3cret"]) == "curl -H 'Bearer ********' x"
 
 
+@pytest.mark.processes
 def test_deployer_limits_the_real_cli_to_the_batch(tmp_path):
     for name in ("fake_inventory.py", "fake_deploy.py"):
         shutil.copy(FIXTURES / name, tmp_path / name)

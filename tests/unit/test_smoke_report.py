@@ -44,6 +44,7 @@ def test_sample_line():
     assert parse_sample_line("Connection closed", 0) is None
 
 
+@pytest.mark.processes
 def test_sampler_script_streams_samples_through_a_long_running_command():
     # `sh -c SCRIPT` stands in for `ssh HOST SCRIPT`: the same one long-running command and reader.
     sampler = SshSampler(["sh", "-c"], "here")
@@ -57,12 +58,14 @@ def test_sampler_script_streams_samples_through_a_long_running_command():
     assert samples[1].t - samples[0].t == pytest.approx(0.5, abs=0.4)
 
 
+@pytest.mark.processes
 def test_sampler_script_ends_by_itself():
     script = sampler_script(interval=0, max_samples=2)
     lines = subprocess.run(["sh", "-c", script], capture_output=True, text=True, timeout=30, check=False).stdout
     assert len(lines.splitlines()) == 2
 
 
+@pytest.mark.processes
 def test_local_sampler_uses_psutil():
     psutil = pytest.importorskip("psutil")
     sampler = LocalSampler()
@@ -213,6 +216,7 @@ def test_oom_logged_during_the_run_is_reported(quick):
     assert report_dict(run, {}, None)["oom"]["lines"] == list(OOM)
 
 
+@pytest.mark.processes
 def test_smoke_command_writes_report_and_chart(tmp_path):
     with fake_server(delay_s=0.05) as (base, _):
         result = CliRunner().invoke(main, ["smoke", base, "--concurrency", "3", "--requests", "6", "--local",

@@ -63,6 +63,7 @@ def _recorded_cases():
                 yield pytest.param(version, case["args"], case["rc"], id=f"{version}:{case['args']}", marks=marks)
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize(("version", "args", "rc"), list(_recorded_cases()))
 def test_the_parse_check_on_the_standin_agrees_with_real_vllm(standins, version, args, rc):
     command = standins[version]
@@ -71,12 +72,14 @@ def test_the_parse_check_on_the_standin_agrees_with_real_vllm(standins, version,
     assert result.returncode == rc, result.stderr[-2000:]
 
 
+@pytest.mark.processes
 def test_unknown_flag_exits_2_like_vllm(standins):
     result = subprocess.run([str(standins["0.33.0"]), "serve", "m", "--no-such-flag"], capture_output=True,
                             text=True, env=clean_env(), timeout=60)
     assert result.returncode == 2 and "unrecognized arguments: --no-such-flag" in result.stderr
 
 
+@pytest.mark.processes
 def test_version_from_config_or_environment(standins):
     command = str(standins["0.33.0"])
     assert subprocess.run([command, "--version"], capture_output=True, text=True, env=clean_env()).stdout == "0.33.0\n"
@@ -95,6 +98,7 @@ def test_the_archive_holds_the_installed_layout():
     assert "lib/vllm-standin/hostkit/vllm/flags.json" in names
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("crash", [{"VLLM_STANDIN_CRASH": "1"}, {}])
 def test_crashes_at_start_when_asked(standins, crash):
     model = "m" if crash else "/nonexistent"
@@ -156,6 +160,7 @@ def serving(standins, tmp_path):
         process.wait()
 
 
+@pytest.mark.processes
 def test_serves_vllms_endpoints_after_loading(serving):
     process, port, _ = serving
     base = f"http://127.0.0.1:{port}"
@@ -177,6 +182,7 @@ def test_serves_vllms_endpoints_after_loading(serving):
     assert process.wait(timeout=10) == 0
 
 
+@pytest.mark.processes
 def test_hostkit_probe_reads_the_key_from_the_env_file(serving):
     _, port, env_file = serving
     wait_for_port(port)
@@ -203,6 +209,7 @@ def engine_pid(process: subprocess.Popen) -> int:
     return int(children[0])
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("how", ["kill -9 of the engine", "SIGUSR1"])
 def test_engine_death_answers_503_then_exits_0_like_vllm(standins, how):
     process, base = start(standins)
@@ -219,6 +226,7 @@ def test_engine_death_answers_503_then_exits_0_like_vllm(standins, how):
         process.kill()
 
 
+@pytest.mark.processes
 def test_the_engine_leaves_with_the_server_unless_told_to_linger(standins):
     for linger, survives in (("0", False), ("1", True)):
         process, _ = start(standins, VLLM_STANDIN_LEFTOVER=linger)
@@ -232,6 +240,7 @@ def test_the_engine_leaves_with_the_server_unless_told_to_linger(standins):
         assert alive == survives, f"VLLM_STANDIN_LEFTOVER={linger}"
 
 
+@pytest.mark.processes
 def test_health_500_mode_keeps_the_server_up(standins):
     process, base = start(standins, VLLM_STANDIN_FAULT="health-500")
     try:
@@ -243,6 +252,7 @@ def test_health_500_mode_keeps_the_server_up(standins):
         process.kill()
 
 
+@pytest.mark.processes
 def test_a_fault_can_start_after_a_healthy_while(standins):
     process, base = start(standins, VLLM_STANDIN_FAULT="health-500", VLLM_STANDIN_FAULT_AFTER_S="1.5")
     try:
@@ -252,6 +262,7 @@ def test_a_fault_can_start_after_a_healthy_while(standins):
         process.kill()
 
 
+@pytest.mark.processes
 def test_hang_completions_mode_answers_health_but_never_completes(standins):
     process, base = start(standins, VLLM_STANDIN_FAULT="hang-completions")
     try:

@@ -187,6 +187,7 @@ class Profile:
     nvme_mount = "/mnt/nvme"
 
 
+@pytest.mark.processes
 def test_command_runs_under_sh_and_finds_hostkit_swap_files(tmp_path):
     """The command itself, on this machine: it must exit 0 and find a planted swap file."""
     if shutil.which("sh") is None:
@@ -220,6 +221,7 @@ def shell(script: str, tmp_path: Path) -> list[str]:
     return result.stdout.splitlines()
 
 
+@pytest.mark.processes
 def test_nvme_namespace_names_are_those_of_the_old_regex(tmp_path):
     names = ["nvme0n1", "nvme12n3", "nvme0c0n1", "nvme0n1p1", "nvme0", "nvme", "nvmen1", "nvme0n",
              "nvme0n1n2", "xnvme0n1", "nvme0nx", "sda", "nvme*"]
@@ -227,6 +229,7 @@ def test_nvme_namespace_names_are_those_of_the_old_regex(tmp_path):
     assert shell(script, tmp_path) == [n for n in names if re.fullmatch(r"nvme[0-9]+n[0-9]+", n)]
 
 
+@pytest.mark.processes
 def test_shell_helpers_keep_a_last_line_without_newline_and_print_once(tmp_path):
     (tmp_path / "fstab").write_text("# comment\n/swap none swap sw 0 0")
     script = """hk_cat fstab; echo marker
@@ -238,6 +241,7 @@ for d in /a '/b c' /a '/b c' /b; do hk_first "dir $d" && echo "first $d"; done""
     ]
 
 
+@pytest.mark.processes
 def test_util_linux_2_32_without_the_path_column(tmp_path):
     """RHEL 8's lsblk (util-linux 2.32) refuses PATH and MOUNTPOINTS: the command falls back to
     KNAME and the parser derives the paths, /dev/mapper/NAME for device-mapper devices."""

@@ -518,6 +518,7 @@ def fresh_storage() -> StorageInfo:
     return StorageInfo(mounts=(Mount("/dev/nvme0n1", "/", "ext4"),))
 
 
+@pytest.mark.processes
 def test_script_creates_a_0600_swap_file_activates_it_then_writes_fstab(shell):
     plan = plan_for(shell)
     result = shell.run(swap.swap_steps(plan, fresh_storage()))
@@ -530,6 +531,7 @@ def test_script_creates_a_0600_swap_file_activates_it_then_writes_fstab(shell):
     positions(log, f"chown root:root {plan.path}", f"mkswap {plan.path}", f"swapon {plan.path} 10")
 
 
+@pytest.mark.processes
 def test_under_selinux_a_new_file_is_labelled_before_swapon_and_its_rule_made_persistent(shell):
     (shell.root / "selinux_enforce").write_text("1\n")
     plan = plan_for(shell)
@@ -550,12 +552,14 @@ def test_under_selinux_a_new_file_is_labelled_before_swapon_and_its_rule_made_pe
     assert f"chcon -t swapfile_t {plan.path}.new" in shell.log() and "semanage" not in shell.log()
 
 
+@pytest.mark.processes
 def test_without_selinux_nothing_is_labelled(shell):
     result = shell.run(swap.swap_steps(plan_for(shell), fresh_storage()))
     assert result.returncode == 0, result.stderr
     assert "chcon" not in shell.log() and "semanage" not in shell.log()
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("failure,message", [
     ({"FAKE_MKSWAP_FAIL": "1"}, "mkswap: error"),
     ({"FAKE_DD_FULL": "1"}, "No space left on device"),
@@ -573,6 +577,7 @@ def test_a_failure_part_way_removes_the_partial_file_and_writes_no_fstab_entry(s
     assert shell.swaps() == {}
 
 
+@pytest.mark.processes
 def test_not_enough_free_space_is_refused_with_the_numbers_before_any_file_is_made(shell):
     plan = plan_for(shell, size=512 * MIB)
     result = shell.run(swap.swap_steps(plan, fresh_storage()), FAKE_FS_SIZE=str(GIB), FAKE_FS_AVAIL=str(600 * MIB))
@@ -594,6 +599,7 @@ def storage_with_active(shell: FakeHostShell, size: int, priority: int = 10, wit
     )
 
 
+@pytest.mark.processes
 def test_script_resizes_make_before_break_to_the_planned_path(shell):
     path = shell.path()
     shell.activate(path, MIB)
@@ -605,6 +611,7 @@ def test_script_resizes_make_before_break_to_the_planned_path(shell):
     positions(shell.log(), f"swapon {path}.new 10", f"swapoff {path}\n", f"swapoff {path}.new", f"swapon {path} 10")
 
 
+@pytest.mark.processes
 def test_script_refuses_swapoff_when_memory_is_short_with_the_numbers(shell):
     path = shell.path()
     shell.activate(path, 2 * MIB, used_kib=900_000)
@@ -619,6 +626,7 @@ def test_script_refuses_swapoff_when_memory_is_short_with_the_numbers(shell):
     assert list(shell.swaps()) == [path] and Path(path).exists() and shell.fstab() == before
 
 
+@pytest.mark.processes
 def test_resize_refused_at_the_recheck_removes_the_new_file_and_keeps_the_old(shell):
     """Memory runs short between the check that starts a resize and the swapoff."""
     path = shell.path()
@@ -632,6 +640,7 @@ def test_resize_refused_at_the_recheck_removes_the_new_file_and_keeps_the_old(sh
     assert not Path(path + ".new").exists()
 
 
+@pytest.mark.processes
 def test_script_removal_swaps_off_deletes_and_drops_only_that_fstab_entry(shell):
     path = shell.path()
     shell.activate(path, MIB)
@@ -655,6 +664,7 @@ def test_script_removal_swaps_off_deletes_and_drops_only_that_fstab_entry(shell)
     assert shell.swaps() == {} and not Path(path).exists()
 
 
+@pytest.mark.processes
 def test_script_replaces_a_wrong_fstab_entry_in_place(shell):
     path = shell.path()
     shell.activate(path, MIB)
@@ -694,6 +704,7 @@ def blank_device_storage(device: str) -> StorageInfo:
     return StorageInfo(devices={device: DeviceSignatures(device, True, True, real_path=device)})
 
 
+@pytest.mark.processes
 def test_nvme_script_formats_a_blank_device_with_the_label_and_mounts_it(shell, loop_device, tmp_path):
     mount = str(tmp_path / "mnt")
     fake_tools(shell, mount='echo "mount $*" >> "$FAKE_ROOT/log"', findmnt=f"echo {loop_device}",
@@ -709,6 +720,7 @@ def test_nvme_script_formats_a_blank_device_with_the_label_and_mounts_it(shell, 
     assert shell.fstab() == before
 
 
+@pytest.mark.processes
 def test_nvme_script_refuses_a_device_that_stopped_being_blank_since_the_snapshot(shell, loop_device, tmp_path):
     """The snapshot said blank; by execute time someone made it a swap device."""
     subprocess.run(["mkswap", loop_device], check=True, capture_output=True)

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import pytest
+
 import os
 import platform
 import subprocess
 from pathlib import Path
 
 from hostkit.facts.system import SystemFact
+
+pytestmark = pytest.mark.processes
 
 
 def test_command_reads_the_same_values_as_python():

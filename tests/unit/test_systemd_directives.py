@@ -74,6 +74,7 @@ def test_strict_hardening_before_241_drops_only_the_allow_list():
     assert "\nSystemCallFilter=~@privileged\n" in unit
 
 
+@pytest.mark.processes
 @needs_systemd_analyze
 def test_the_newest_unit_is_refused_by_an_older_systemd_and_the_fitted_one_is_not(tmp_path):
     """The reason for the table: systemd-analyze verify warns on directives it does not know,

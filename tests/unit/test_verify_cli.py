@@ -4,6 +4,8 @@ unreachable hosts exit 2, with the JSON and JUnit reports still written."""
 
 from __future__ import annotations
 
+import pytest
+
 import json
 import socket
 import subprocess
@@ -12,6 +14,8 @@ from pathlib import Path
 from xml.etree import ElementTree
 
 from verify_replay import LAB_DATA
+
+pytestmark = pytest.mark.processes
 
 
 def hostkit(*args: str, cwd: Path) -> subprocess.CompletedProcess:

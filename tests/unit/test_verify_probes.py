@@ -60,6 +60,7 @@ def _run(tmp_path: Path, plan: VllmPlan, ready_timeout_s: int | None = None):
     return parse_probes(result.stdout.splitlines()), time.monotonic() - started
 
 
+@pytest.mark.processes
 def test_counts_oom_kills_in_the_kernel_log(tmp_path):
     (tmp_path / "kernel.log").write_text(KERNEL_LOG)
     _bin(tmp_path, "journalctl", f"cat {tmp_path / 'kernel.log'}\n")
@@ -69,6 +70,7 @@ def test_counts_oom_kills_in_the_kernel_log(tmp_path):
     assert probes.ooms.lines[0].startswith("[  812.120440] Out of memory: Killed process 812 (python3)")
 
 
+@pytest.mark.processes
 def test_falls_back_to_dmesg_and_says_when_no_log_is_readable(tmp_path):
     _bin(tmp_path, "journalctl", "exit 1\n")
     _bin(tmp_path, "dmesg", "echo '[    0.000000] Linux version 6.1.0-27-cloud-amd64'\n")
@@ -131,6 +133,7 @@ done
 """)
 
 
+@pytest.mark.processes
 def test_waits_on_the_host_while_the_unit_is_starting(tmp_path, late_server):
     port = free_port()
     _systemctl(tmp_path, "activating")
@@ -144,6 +147,7 @@ def test_waits_on_the_host_while_the_unit_is_starting(tmp_path, late_server):
     assert probes.unit["LoadState"] == "loaded"
 
 
+@pytest.mark.processes
 def test_stops_waiting_at_once_when_the_unit_is_not_starting(tmp_path):
     _systemctl(tmp_path, "inactive")
     probes, seconds = _run(tmp_path, VllmPlan(enabled=True, port=free_port()), 60)
@@ -154,12 +158,14 @@ def test_stops_waiting_at_once_when_the_unit_is_not_starting(tmp_path):
     assert seconds < 20
 
 
+@pytest.mark.processes
 def test_gives_up_at_the_ready_timeout(tmp_path):
     _systemctl(tmp_path, "active")
     probes, _ = _run(tmp_path, VllmPlan(enabled=True, port=free_port()), 1)
     assert probes.readiness.outcome == "timeout"
 
 
+@pytest.mark.processes
 def test_reads_the_main_process_argv_user_and_key_hash(tmp_path):
     argv = [sys.executable, "-c", "import time; time.sleep(30)", "serve", "--port", "8000"]
     child = subprocess.Popen(argv, env={"VLLM_API_KEY": "k3y"})

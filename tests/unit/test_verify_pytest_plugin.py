@@ -66,6 +66,7 @@ def replay(monkeypatch):
     return broken
 
 
+@pytest.mark.processes
 def test_one_test_per_area_and_host_with_the_host_name_in_the_id(checks_dir, replay):
     inventory = _inventory(checks_dir, ["gpu-01", "gpu-02"])
     result = checks_dir.runpytest_inprocess(*_plugin_args(), "--pyinfra-inventory", str(inventory), "-v")
@@ -75,6 +76,7 @@ def test_one_test_per_area_and_host_with_the_host_name_in_the_id(checks_dir, rep
             result.stdout.fnmatch_lines([f"*{test}?paramiko://{name}? PASSED*"])
 
 
+@pytest.mark.processes
 def test_a_broken_host_fails_only_its_area_with_expected_actual_and_fix(checks_dir, replay):
     replay["gpu-02"] = CheckResult("kernel", "sysctl vm.swappiness", False, "10", "60", "sysctl -w vm.swappiness='10'")
     inventory = _inventory(checks_dir, ["gpu-01", "gpu-02"])
@@ -86,6 +88,7 @@ def test_a_broken_host_fails_only_its_area_with_expected_actual_and_fix(checks_d
     ])
 
 
+@pytest.mark.processes
 def test_limit_selects_inventory_hosts(checks_dir, replay):
     inventory = _inventory(checks_dir, ["gpu-01", "gpu-02"])
     result = checks_dir.runpytest_inprocess(*_plugin_args(), "--pyinfra-inventory", str(inventory),
@@ -94,6 +97,7 @@ def test_limit_selects_inventory_hosts(checks_dir, replay):
     assert "gpu-01" not in result.stdout.str()
 
 
+@pytest.mark.processes
 def test_an_unreachable_host_errors_each_test_saying_so(checks_dir):
     inventory = _inventory(checks_dir, ["gpu-09"])
     result = checks_dir.runpytest_inprocess(*_plugin_args(), "--pyinfra-inventory", str(inventory))
@@ -102,6 +106,7 @@ def test_an_unreachable_host_errors_each_test_saying_so(checks_dir):
     assert "During handling" not in result.stdout.str()
 
 
+@pytest.mark.processes
 def test_invalid_inventory_data_is_a_usage_error(checks_dir):
     inventory = _inventory(checks_dir, ["gpu-01"], vllm_port=99999)
     result = checks_dir.runpytest_inprocess(*_plugin_args(), "--pyinfra-inventory", str(inventory))
@@ -114,6 +119,7 @@ def test_without_an_inventory_the_checks_skip(checks_dir):
     result.assert_outcomes(skipped=5)
 
 
+@pytest.mark.processes
 def test_report_fixture_carries_the_plan_expectations(checks_dir, replay):
     checks_dir.makepyfile(test_mine="""
         def test_swap_path(hostkit_report, hostkit_target, host):
@@ -128,6 +134,7 @@ def test_report_fixture_carries_the_plan_expectations(checks_dir, replay):
 
 
 
+@pytest.mark.processes
 def test_xdist_loadgroup_keeps_each_host_on_one_worker(checks_dir):
     inventory = _inventory(checks_dir, ["gpu-01", "gpu-02"])
     result = checks_dir.runpytest_subprocess(*_plugin_args(), "--pyinfra-inventory", str(inventory), "-v",

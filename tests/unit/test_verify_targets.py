@@ -82,6 +82,7 @@ def test_invalid_inventory_data_is_an_inventory_error_naming_the_key():
         targets_from_hosts([])
 
 
+@pytest.mark.processes
 def test_load_targets_reads_group_data_like_pyinfra(tmp_path, monkeypatch):
     shutil.copytree(PLAN_FIXTURES, tmp_path / "inv")
     monkeypatch.chdir(tmp_path / "inv")
@@ -91,6 +92,7 @@ def test_load_targets_reads_group_data_like_pyinfra(tmp_path, monkeypatch):
     assert targets[0].profile.vllm_version == "0.10.2"
 
 
+@pytest.mark.processes
 def test_load_targets_isolated_reports_bad_inventories(tmp_path, monkeypatch):
     monkeypatch.chdir(PLAN_FIXTURES)
     with pytest.raises(InventoryError, match="swap_sise"):

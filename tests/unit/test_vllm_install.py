@@ -124,6 +124,7 @@ def read_release(root: Path) -> VllmReleaseState:
     return fact.process(result.stdout.splitlines())
 
 
+@pytest.mark.processes
 def test_install_from_a_wheelhouse_with_no_index_then_switch(tmp_path, wheelhouse):
     root = tmp_path / "vllm"
     wanted = target(root, wheelhouse, "0.33.0")
@@ -150,6 +151,7 @@ def test_install_from_a_wheelhouse_with_no_index_then_switch(tmp_path, wheelhous
     assert seen.current == wanted.venv and seen.venvs == {wanted.venv: "vllm==0.33.0"}
 
 
+@pytest.mark.processes
 def test_a_release_missing_from_the_wheelhouse_leaves_nothing_behind(tmp_path, wheelhouse):
     root = tmp_path / "vllm"
     wanted = target(root, wheelhouse, "0.34.0")
@@ -160,6 +162,7 @@ def test_a_release_missing_from_the_wheelhouse_leaves_nothing_behind(tmp_path, w
     assert not Path(wanted.venv).exists() and list(root.iterdir()) == []
 
 
+@pytest.mark.processes
 def test_not_enough_space_is_refused_before_anything_is_made(tmp_path, wheelhouse, monkeypatch):
     monkeypatch.setattr(vllm_runtime, "DEFAULT_SPACE_NEEDED_BYTES", 2**60)
     root = tmp_path / "vllm"
@@ -175,6 +178,7 @@ def test_not_enough_space_is_refused_before_anything_is_made(tmp_path, wheelhous
     assert sh(install_command(target(root, wheelhouse, "0.33.0"))).returncode == 0
 
 
+@pytest.mark.processes
 def test_pip_past_its_deadline_is_stopped_and_removed(tmp_path, monkeypatch):
     monkeypatch.setattr(vllm_install, "PIP_TIMEOUT_S", 3)
     with socket.socket() as silent:  # an index that accepts connections and never answers
@@ -190,6 +194,7 @@ def test_pip_past_its_deadline_is_stopped_and_removed(tmp_path, monkeypatch):
     assert not Path(wanted.venv).exists()
 
 
+@pytest.mark.processes
 def test_without_ensurepip_pip_comes_from_a_pip_wheel_in_the_wheelhouse(tmp_path, wheelhouse, monkeypatch):
     """Debian's python3 without python3-venv: `-m venv` fails, `-m venv --without-pip` works."""
     import ensurepip
@@ -223,6 +228,7 @@ def test_without_ensurepip_pip_comes_from_a_pip_wheel_in_the_wheelhouse(tmp_path
         in named.stderr and not Path(bare.venv).exists()
 
 
+@pytest.mark.processes
 def test_the_standin_wheel_installs_and_runs_through_hostkits_entry_point(tmp_path):
     """hostkit_lab/standin/wheel.py, as the lab test installs it: pip from a wheelhouse with no index,
     then vLLM's CLI layout through bin/hostkit-vllm, checked by hostkit's parse check."""

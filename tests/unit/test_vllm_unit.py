@@ -269,6 +269,7 @@ def _unit_dir(tmp_path: Path, p: VllmPlan) -> Path:
     return unit
 
 
+@pytest.mark.processes
 @needs_systemd_analyze
 @pytest.mark.parametrize("hardening", ["standard", "strict"])
 @pytest.mark.parametrize("cgroup_version", [1, 2])
@@ -279,6 +280,7 @@ def test_systemd_analyze_verify_accepts_the_unit(tmp_path, hardening, cgroup_ver
     assert ops.verify_problems(result.returncode == 0, lines, str(unit)) == [], lines
 
 
+@pytest.mark.processes
 @needs_systemd_analyze
 @pytest.mark.parametrize(("hardening", "at_most"), [("standard", 2.5), ("strict", 2.0)])
 def test_security_exposure_offline(tmp_path, hardening, at_most):
@@ -614,6 +616,7 @@ def test_fact_reads_cgroup_v1_limits_and_unlimited():
     assert VllmServiceFact().process(["cgroup.memory.max=max"]).memory_limit_bytes is None
 
 
+@pytest.mark.processes
 def test_fact_command_runs_anywhere_and_never_reads_the_env_file_content(tmp_path):
     command = VllmServiceFact().command(scope=snapshot_scope())
     assert "hk_env_file=/etc/vllm-hostkit/vllm.env" in command and "cat /etc/vllm-hostkit" not in command
@@ -625,6 +628,7 @@ def test_fact_command_runs_anywhere_and_never_reads_the_env_file_content(tmp_pat
     assert state.target == DEFAULT_TARGET and state.unit_sha256 is None
 
 
+@pytest.mark.processes
 def test_fact_command_matches_hashes_and_modes_to_their_files(tmp_path):
     """sha256sum and stat skip a missing file: their lines are matched by path, not by position."""
     stubs = {
@@ -694,6 +698,7 @@ def installed_standin(tmp_path):
 needs_root = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("runuser") is None, reason="runuser as root")
 
 
+@pytest.mark.processes
 @needs_root
 @pytest.mark.parametrize(("extra", "status"), [([], 0), (["--max-num-seqs", "64"], 0), (["--swap-space", "4"], 2),
                                                (["--bogus-flag"], 2), (["--block-size", "banana"], 2)])
@@ -704,6 +709,7 @@ def test_parse_check_command_on_the_standin(installed_standin, extra, status):
     assert ops._exit_status(result.stderr.splitlines()) == status
 
 
+@pytest.mark.processes
 @needs_root
 def test_parse_check_command_cannot_check_a_non_python_command(tmp_path):
     script = tmp_path / "vllm"
@@ -714,6 +720,7 @@ def test_parse_check_command_cannot_check_a_non_python_command(tmp_path):
     assert ops._exit_status(result.stderr.splitlines()) == 4
 
 
+@pytest.mark.processes
 @needs_root
 def test_parse_check_of_a_cli_that_never_dispatches_ends_at_its_deadline(tmp_path):
     """A Python `vllm` that serves at once (as a wrapper might) never reaches argparse."""

@@ -168,6 +168,7 @@ def config_for(base: str, **changes) -> wd.Config:
                         "completion_timeout_s": 2, **changes})
 
 
+@pytest.mark.processes
 def test_probes_against_the_stand_in(standins, tmp_path, monkeypatch):  # noqa: F811
     env = tmp_path / "vllm.env"
     env.write_text('VLLM_API_KEY="k"\n')
@@ -214,6 +215,7 @@ def test_the_plan_follows_the_keys_and_names_no_secret():
     assert "\nType=simple\n" in old and "\nProtectHostname=yes\n" not in old
 
 
+@pytest.mark.processes
 @needs_systemd_analyze
 def test_systemd_analyze_verify_accepts_the_watchdog_unit(tmp_path):
     if shutil.which("python3") is None or not __import__("os").path.exists("/usr/bin/python3"):
@@ -276,6 +278,7 @@ esac
 """
 
 
+@pytest.mark.processes
 def test_the_script_restarts_a_500ing_server_and_journals_why(standins, tmp_path):  # noqa: F811
     """The installed script itself, as systemd runs it, against the stand-in; systemctl faked."""
     bin_dir = tmp_path / "bin"

@@ -3,10 +3,14 @@ package data, found from the installed package alone."""
 
 from __future__ import annotations
 
+import pytest
+
 import subprocess
 import sys
 import zipfile
 from pathlib import Path
+
+pytestmark = pytest.mark.processes
 
 REPO = Path(__file__).resolve().parents[2]
 
