@@ -94,10 +94,11 @@ def vllm_host() -> None:
     monitoring.monitoring(name="Memory monitoring", plan=plan.monitoring, vllm=plan.vllm, scope=plan.scope)
     if plan.vllm.enabled:
         # Before the unit: the release that runs must be the one the flags are rendered for.
-        vllm_install.vllm_runtime(name="vLLM runtime", plan=plan.vllm, profile=profile)
+        vllm_install.vllm_runtime(name="vLLM runtime", plan=plan.vllm, scope=plan.scope)
         vllm_service.vllm_service(name="vLLM systemd unit", plan=plan.vllm, scope=plan.scope)
+        # With vllm_install, an upgrade switched in by this run that does not serve goes back.
         vllm_service.vllm_ready(name="vLLM readiness gate", plan=plan.vllm, scope=plan.scope,
-                                on_not_ready=vllm_install.roll_back if profile.vllm_install else None)
+                                on_not_ready=vllm_install.roll_back if plan.vllm.runtime.install else None)
     # After the gate: the watchdog judges a vLLM that has served. Also run when vLLM is
     # disabled, to remove a watchdog installed before.
     watchdog.vllm_watchdog(name="vLLM health watchdog", plan=watchdog_plan(plan.watchdog, plan.vllm))
