@@ -56,12 +56,12 @@ def plan_or_refusal() -> tuple[HostProfile, HostPlan | None, PlanError | None]:
     return profile, plan, None
 
 
-def current_plan() -> tuple[HostProfile, HostPlan]:
+def current_plan() -> HostPlan:
     """The host's plan; any PlanError stops the run at prepare."""
-    profile, plan, refused = plan_or_refusal()
+    _, plan, refused = plan_or_refusal()
     if refused is not None:
         raise PyinfraError(f"cannot plan this host, nothing was changed on any host:\n{refused}")
-    return profile, plan
+    return plan
 
 
 @deploy("vLLM host")
@@ -82,22 +82,23 @@ def vllm_host() -> None:
     if not plan.left_to_host:
         if plan.nvme is not None:
             swap.prepare_nvme(name=f"Prepare NVMe {plan.nvme.device} at {plan.nvme.mount}", plan=plan.nvme,
-                              profile=profile, _timeout=swap.NVME_PREPARE_DEADLINE_S)
-        swap.swap_file(name="Swap file on NVMe", plan=plan.swap, profile=profile,
+                              scope=plan.scope, _timeout=swap.NVME_PREPARE_DEADLINE_S)
+        swap.swap_file(name="Swap file on NVMe", plan=plan.swap, scope=plan.scope,
                        _timeout=swap_deadline_s(plan.swap))
         # After both: it takes over a mounted disk and an active file (make-before-break).
         nvme_boot.nvme_boot(name=f"NVMe and swap at boot ({NVME_UNIT})", nvme=plan.nvme, swap=plan.swap,
-                            profile=profile, _timeout=nvme_boot.INSTALL_DEADLINE_S)
-        kernel.sysctl_settings(name="Kernel memory sysctls", plan=plan.kernel, profile=profile)
-        kernel.transparent_hugepages(name="Transparent hugepages", plan=plan.kernel, profile=profile)
+                            scope=plan.scope, _timeout=nvme_boot.INSTALL_DEADLINE_S)
+        kernel.sysctl_settings(name="Kernel memory sysctls", plan=plan.kernel, scope=plan.scope)
+        kernel.transparent_hugepages(name="Transparent hugepages", plan=plan.kernel, scope=plan.scope)
     # Before the vLLM unit: a host whose vLLM fails to start is the one to watch.
     monitoring.monitoring(name="Memory monitoring", plan=plan.monitoring, vllm=plan.vllm, scope=plan.scope)
     if plan.vllm.enabled:
         # Before the unit: the release that runs must be the one the flags are rendered for.
-        vllm_install.vllm_runtime(name="vLLM runtime", plan=plan.vllm, profile=profile)
-        vllm_service.vllm_service(name="vLLM systemd unit", plan=plan.vllm, profile=profile)
-        vllm_service.vllm_ready(name="vLLM readiness gate", plan=plan.vllm, profile=profile,
-                                on_not_ready=vllm_install.roll_back if profile.vllm_install else None)
+        vllm_install.vllm_runtime(name="vLLM runtime", plan=plan.vllm, scope=plan.scope)
+        vllm_service.vllm_service(name="vLLM systemd unit", plan=plan.vllm, scope=plan.scope)
+        # With vllm_install, an upgrade switched in by this run that does not serve goes back.
+        vllm_service.vllm_ready(name="vLLM readiness gate", plan=plan.vllm, scope=plan.scope,
+                                on_not_ready=vllm_install.roll_back if plan.vllm.runtime.install else None)
     # After the gate: the watchdog judges a vLLM that has served. Also run when vLLM is
     # disabled, to remove a watchdog installed before.
     watchdog.vllm_watchdog(name="vLLM health watchdog", plan=watchdog_plan(plan.watchdog, plan.vllm))

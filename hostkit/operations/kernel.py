@@ -40,10 +40,10 @@ from hostkit.desired.kernel import (
     wanted_thp,
 )
 from hostkit.facts.kernel import THP_DIR, THP_UNIT_PATH, KernelState, sysctl_key
+from hostkit.facts.scope import SnapshotScope
 from hostkit.facts.snapshot import mark_changed, snapshot
 from hostkit.operations import callbacks
 from hostkit.paths import SYSCTL_FILE, THP_UNIT
-from hostkit.plan.scope import snapshot_scope
 from hostkit.plan.plans import KernelPlan
 
 
@@ -140,15 +140,15 @@ def _checked(plan: KernelPlan, check) -> Any:
 
 
 @operation()
-def sysctl_settings(plan: KernelPlan, profile: Any = None):
+def sysctl_settings(plan: KernelPlan, scope: SnapshotScope):
     """
     Apply the plan's sysctl values live, check them in /proc/sys, and persist them in SYSCTL_FILE.
 
     + plan: the host's KernelPlan
-    + profile: the host's HostProfile, passed on to the snapshot for the other sections
+    + scope: the host plan's snapshot scope
     """
     wanted = _checked(plan, wanted_sysctl)
-    state: KernelState = snapshot(host, snapshot_scope(profile)).kernel
+    state: KernelState = snapshot(host, scope).kernel
 
     conflicts = sysctl_conflicts(state, plan)
     if conflicts and plan.sysctl_conflicts == "error":
@@ -169,15 +169,15 @@ def sysctl_settings(plan: KernelPlan, profile: Any = None):
 
 
 @operation()
-def transparent_hugepages(plan: KernelPlan, profile: Any = None):
+def transparent_hugepages(plan: KernelPlan, scope: SnapshotScope):
     """
     Apply thp_enabled/thp_defrag live and at every boot through the THP_UNIT oneshot unit.
 
     + plan: the host's KernelPlan (thp_enabled/thp_defrag None: leave that file alone)
-    + profile: the host's HostProfile, passed on to the snapshot for the other sections
+    + scope: the host plan's snapshot scope
     """
     wanted = _checked(plan, wanted_thp)
-    snap = snapshot(host, snapshot_scope(profile))
+    snap = snapshot(host, scope)
     state: KernelState = snap.kernel
 
     if not wanted:

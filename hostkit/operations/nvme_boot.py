@@ -18,18 +18,17 @@ NvmePlan it removes a unit installed before.
 from __future__ import annotations
 
 import shlex
-from typing import Any
 
 from pyinfra import host
 from pyinfra.api import operation
 
 from hostkit.desired.nvme_boot import stale_files
+from hostkit.facts.scope import SnapshotScope
 from hostkit.facts.snapshot import mark_changed, snapshot
 from hostkit.facts.storage import NVME_FILES, NVME_UNIT_PATH, StorageInfo
 from hostkit.operations.kernel import _install_file
 from hostkit.operations.swap import script
 from hostkit.paths import NVME_SETTINGS_FILE, NVME_UNIT
-from hostkit.plan.scope import snapshot_scope
 from hostkit.plan.plans import NvmePlan, SwapPlan
 
 # The install's deadline: its restart of the unit only confirms a mounted disk and an active file.
@@ -70,15 +69,15 @@ def remove_steps() -> list[str]:
 
 
 @operation()
-def nvme_boot(nvme: NvmePlan | None, swap: SwapPlan, profile: Any = None):
+def nvme_boot(nvme: NvmePlan | None, swap: SwapPlan, scope: SnapshotScope):
     """
     Install and enable NVME_UNIT for the plan's NVMe and swap file, then drop their fstab lines.
 
     + nvme: the host's NvmePlan; None removes the unit
     + swap: the host's SwapPlan (a file under nvme_mount is made again at boot)
-    + profile: the host's HostProfile, passed on to the snapshot
+    + scope: the host plan's snapshot scope
     """
-    storage: StorageInfo = snapshot(host, snapshot_scope(profile)).storage
+    storage: StorageInfo = snapshot(host, scope).storage
     if nvme is None:
         if storage.nvme_unit_sha256 or storage.nvme_unit_enabled:
             mark_changed(host, "storage")

@@ -53,13 +53,12 @@ from hostkit.desired.swap import (
     swap_fstab_line,
     swap_state,
 )
+from hostkit.facts.scope import SnapshotScope
 from hostkit.facts.snapshot import mark_changed, snapshot
 from hostkit.facts.storage import SWAP_FILE_SELINUX_TYPE, TEMP_SUFFIX, StorageInfo, is_under
 from hostkit.operations import callbacks
 from hostkit.paths import NVME_LABEL
-from hostkit.plan.scope import snapshot_scope
 from hostkit.plan.plans import NvmePlan, SwapPlan
-from hostkit.profile.host_profile import value_or_default
 from hostkit.plan.swap_filesystems import FILL_METHODS, RESERVE_FRACTION, RESERVE_MIN_BYTES, swap_file_refusal
 
 # Shell functions every script starts with (hostkit/remote/swap_lib.sh), after the free-space
@@ -110,7 +109,7 @@ def _remove_steps(path: str, storage: StorageInfo) -> list[str]:
 def swap_steps(plan: SwapPlan, storage: StorageInfo, nvme_mount: str | None = None) -> list[str]:
     """Shell steps (after SHELL_LIB) that bring the host to the plan; [] when it matches.
 
-    `nvme_mount`: the mount point of the NVMe the profile names, if any. A planned path
+    `nvme_mount`: the mount point of the NVMe the inventory names, if any. A planned path
     under it needs a filesystem mounted there: otherwise the file would land on the
     filesystem underneath (a blank NVMe at boot leaves just the empty directory).
     Raises SwapRefused for states that must not be changed from.
@@ -230,18 +229,18 @@ def script(steps: list[str]) -> str:
 
 
 @operation()
-def prepare_nvme(plan: NvmePlan, profile: Any = None):
+def prepare_nvme(plan: NvmePlan, scope: SnapshotScope):
     """
     Make a filesystem on a blank NVMe device and mount it (the boot unit mounts it at boot).
 
     + plan: the host's NvmePlan (device, mount point, filesystem type)
-    + profile: the host's HostProfile, passed on to the snapshot
+    + scope: the host plan's snapshot scope
     """
     try:
         check_nvme_plan(plan)
     except ValueError as error:
         raise OperationValueError(str(error)) from None
-    storage: StorageInfo = snapshot(host, snapshot_scope(profile)).storage
+    storage: StorageInfo = snapshot(host, scope).storage
     try:
         steps = nvme_steps(plan, storage)
     except SwapRefused as refusal:
@@ -253,20 +252,20 @@ def prepare_nvme(plan: NvmePlan, profile: Any = None):
 
 
 @operation()
-def swap_file(plan: SwapPlan, profile: Any = None):
+def swap_file(plan: SwapPlan, scope: SnapshotScope):
     """
     Create, resize, repair or remove the hostkit swap file as planned.
 
     + plan: the host's SwapPlan (enabled=False removes every hostkit swap file)
-    + profile: the host's HostProfile: its nvme_device/nvme_mount guard the swap dir, and
+    + scope: the host plan's snapshot scope: its nvme_device/nvme_mount guard the swap dir, and
       the snapshot looks in its swap_dir and nvme_mount for swap files
     """
     try:
         check_swap_plan(plan)
     except ValueError as error:
         raise OperationValueError(str(error)) from None
-    storage: StorageInfo = snapshot(host, snapshot_scope(profile)).storage
-    nvme_mount = value_or_default(profile, "nvme_mount") if value_or_default(profile, "nvme_device") else None
+    storage: StorageInfo = snapshot(host, scope).storage
+    nvme_mount = scope.nvme_mount if scope.nvme_device else None
     try:
         steps = swap_steps(plan, storage, nvme_mount=nvme_mount)
     except SwapRefused as refusal:

@@ -24,22 +24,24 @@ fails with the journal lines either way.
 from __future__ import annotations
 
 import shlex
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, Host, State, StringCommand, operation
+from pyinfra.api.exceptions import OperationValueError
 
 from hostkit.remote import host_file
 from hostkit.facts.platform import PlatformInfo
+from hostkit.facts.scope import SnapshotScope
 from hostkit.facts.snapshot import mark_changed, snapshot
 from hostkit.facts.vllm_release import READ_S, VllmReleaseFact, VllmReleaseState
-from hostkit.plan.scope import snapshot_scope
 from hostkit.plan.snapshot_facts import driver_version
 from hostkit.operations.callbacks import current_connector_arguments, fail_host
 from hostkit.operations.vllm_service import check_flags, wait_for_vllm
 from hostkit.paths import VLLM_UNIT, VLLM_UNIT_PATH
-from hostkit.plan.plans import VllmPlan
+from hostkit.plan.plans import VllmPlan, VllmRuntimePlan
 from hostkit.plan.os_packages import PACKAGE_TIMEOUT_S, OsPackage, needed_os_packages, package_source
 from hostkit.vllm.runtime import (
     PIP_TIMEOUT_S,
@@ -70,28 +72,30 @@ class RuntimeStep:
         return bool(self.refusals or self.install or self.switch_to or self.os_packages)
 
 
-def runtime_step(profile: Any, state: VllmReleaseState, driver: str | None,
+def runtime_step(version: str, target: InstallTarget | None, state: VllmReleaseState, driver: str | None,
                  platform: PlatformInfo | None = None) -> RuntimeStep:
-    """What `vllm_runtime` does on a host in `state`. Pure."""
+    """What `vllm_runtime` does on a host in `state`. Pure.
+
+    `version`: vllm_version, the release the flags are rendered for; `target`: the release
+    hostkit installs, None when the host's own vLLM runs (the plan's runtime.install_target)."""
     release = state.release
     found = f"{release.package} {release.version}" if release.version else ""
-    if not profile.vllm_install:
-        problems = (mismatch_problem(release.version, profile.vllm_version, release.interpreter or ""),
+    if target is None:
+        problems = (mismatch_problem(release.version, version, release.interpreter or ""),
                     driver_problem(found, release.cuda, driver) if release.version else None)
         return RuntimeStep(refusals=tuple(problem for problem in problems if problem))
-    target = InstallTarget.from_profile(profile)
     complete = state.venvs or {}
     if state.current == target.venv and target.venv in complete:
         problems = (mismatch_problem(release.version, target.version, target.current),
                     driver_problem(found, release.cuda, driver) if release.version else None)
         return RuntimeStep(refusals=tuple(problem for problem in problems if problem),
-                           os_packages=needed_os_packages(profile, platform, new_venv=False))
+                           os_packages=needed_os_packages(target, platform, new_venv=False))
     previous = state.current if state.current in complete else None
     keep = (target.venv, previous) if previous else (target.venv,)
     install = target.venv not in complete
     return RuntimeStep(install=install, switch_to=target.venv, previous=previous,
                        remove=tuple(venvs_to_remove(list(complete), keep)),
-                       os_packages=needed_os_packages(profile, platform, new_venv=install))
+                       os_packages=needed_os_packages(target, platform, new_venv=install))
 
 
 # -- remote commands ------------------------------------------------------------------------
@@ -104,12 +108,13 @@ def host_script(name: str, settings: dict[str, str], args: list[str] = ()) -> st
     return "\n".join((*lines, host_file(name)))
 
 
-def os_packages_command(profile: Any, manager: str, packages: tuple[OsPackage, ...]) -> str:
+def os_packages_command(package_files: Sequence[str], manager: str, packages: tuple[OsPackage, ...]) -> str:
+    """`package_files`: vllm_os_package_files, installed instead of from the host's repositories."""
     return host_script("vllm_os_packages.sh", {
         "hk_manager": manager,
         "hk_packages": " ".join(package.name for package in packages),
         "hk_venv_packages": " ".join(package.name for package in packages if package.venv),
-        "hk_files": " ".join(profile.vllm_os_package_files),
+        "hk_files": " ".join(package_files),
         "hk_timeout_s": str(PACKAGE_TIMEOUT_S),
     })
 
@@ -222,20 +227,27 @@ def roll_back(state: State, host: Host, plan: VllmPlan, connector_arguments: dic
 # -- operation --------------------------------------------------------------------------------
 
 
+def _runtime(plan: VllmPlan) -> VllmRuntimePlan:
+    if plan.runtime is None:
+        raise OperationValueError("vLLM runtime: the plan has no runtime part (hostkit.plan.planner.plan_host makes it)")
+    return plan.runtime
+
+
 @operation()
-def vllm_runtime(plan: VllmPlan, profile: Any):
+def vllm_runtime(plan: VllmPlan, scope: SnapshotScope):
     """
     Check the installed vLLM release against vllm_version and the driver; with
     vllm_install, install the release and put it in service.
 
-    + plan: the host's VllmPlan (nothing happens when plan.enabled is false)
-    + profile: the host's HostProfile
+    + plan: the host's VllmPlan, with its runtime part (nothing happens when plan.enabled is false)
+    + scope: the host plan's snapshot scope
     """
     if not plan.enabled:
         return
-    taken = snapshot(host, snapshot_scope(profile))
+    runtime = _runtime(plan)
+    taken = snapshot(host, scope)
     driver = driver_version(taken.gpu)
-    step = runtime_step(profile, taken.vllm_release, driver, taken.platform)
+    step = runtime_step(plan.version, runtime.install_target, taken.vllm_release, driver, taken.platform)
     if not step:
         return
     if step.refusals:
@@ -244,12 +256,12 @@ def vllm_runtime(plan: VllmPlan, profile: Any):
     if step.os_packages:
         mark_changed(host, "platform")
         host.log_styled(f"vLLM runtime: adding {', '.join(package.describe() for package in step.os_packages)} "
-                        f"from {package_source(profile, taken.platform)}", fg="cyan")
-        yield os_packages_command(profile, taken.platform.package_manager, step.os_packages)
+                        f"from {package_source(runtime.os_package_files, taken.platform)}", fg="cyan")
+        yield os_packages_command(runtime.os_package_files, taken.platform.package_manager, step.os_packages)
     if not step.switch_to:
         return
     mark_changed(host, "vllm", "vllm_release")
-    target = InstallTarget.from_profile(profile)
+    target = runtime.install_target  # only an install switches releases
     connector_arguments = current_connector_arguments(host)
     if step.install:
         host.log_styled(f"vLLM runtime: installing {target.requirement} into {target.venv} from {target.source()}",

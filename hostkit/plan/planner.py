@@ -416,6 +416,12 @@ def _memory_limit_unapplied(facts: PlanningFacts, memory_max: int | None, found:
     return platform.memory_limit_unapplied
 
 
+def install_target(p: HostProfile) -> InstallTarget | None:
+    """The release hostkit installs (vllm_install); None: the host's own vLLM runs, which
+    hostkit checks but does not install."""
+    return InstallTarget.from_profile(p) if p.vllm_install else None
+
+
 def _runtime_plan(p: HostProfile, facts: PlanningFacts, found: _Findings) -> VllmRuntimePlan:
     """The release the host has and gets. What the deploy refuses (hostkit.operations.vllm_install)
     is a warning here: the host's state, not the data, stands in the way."""
@@ -425,12 +431,12 @@ def _runtime_plan(p: HostProfile, facts: PlanningFacts, found: _Findings) -> Vll
     if have is not None:
         build = f"CUDA {have.cuda}" if have.cuda else "CPU build" if have.torch else "no torch"
         described = f"{have.package} {have.version} ({build}; {have.where})"
-    target = InstallTarget.from_profile(p)
+    target = install_target(p)
     runs_target = have is not None and (not p.vllm_install or (have.package == p.vllm_package
                                                                and release_matches(have.version, p.vllm_version)))
     # A venv is made unless the target is in service (switching back to a kept one makes none
     # either, which the installed release does not show).
-    os_packages = needed_os_packages(p, facts.platform, new_venv=not runs_target)
+    os_packages = needed_os_packages(target, facts.platform, new_venv=not runs_target)
     if have is not None and not p.vllm_install:
         problem = mismatch_problem(have.version, p.vllm_version, have.where or p.vllm_command)
         if problem:
@@ -441,15 +447,17 @@ def _runtime_plan(p: HostProfile, facts: PlanningFacts, found: _Findings) -> Vll
             found.warnings.append(f"the deploy will refuse this host: {problem}")
     return VllmRuntimePlan(
         install=p.vllm_install,
-        target=target.requirement if p.vllm_install else f"vLLM {p.vllm_version} at {p.vllm_command}",
-        source=target.source() if p.vllm_install else None,
-        venv=target.venv if p.vllm_install else None,
+        target=target.requirement if target else f"vLLM {p.vllm_version} at {p.vllm_command}",
+        source=target.source() if target else None,
+        venv=target.venv if target else None,
         installed=described,
         cuda=have.cuda if have is not None else None,
         driver=facts.driver_version,
         driver_floor=driver_floor(have.cuda) if have is not None and have.cuda else None,
         os_packages=[package.describe() for package in os_packages],
-        os_packages_source=package_source(p, facts.platform) if os_packages else None,
+        os_packages_source=package_source(p.vllm_os_package_files, facts.platform) if os_packages else None,
+        install_target=target,
+        os_package_files=tuple(p.vllm_os_package_files),
     )
 
 

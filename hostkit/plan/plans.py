@@ -10,6 +10,7 @@ from hostkit.plan.gpu_policy import GpuPolicy
 from hostkit.plan.scope import snapshot_scope
 from hostkit.profile.host_profile import HostProfile
 from hostkit.sizes import format_size
+from hostkit.vllm.runtime import InstallTarget
 
 # What a container's own host sets for it: a container shares its host's kernel (sysctl, THP,
 # swap) and sees only the disks its host gives it. The plan of a container leaves them out.
@@ -112,6 +113,12 @@ class VllmRuntimePlan(_Plan):
     # and from where.
     os_packages: list[str] = Field(default_factory=list)
     os_packages_source: str | None = None
+    # What the deploy acts on (hostkit.operations.vllm_install); the fields above describe it
+    # for `hostkit plan`, whose JSON leaves these out. install_target: the release pip installs
+    # and from where, None when the host's own vLLM runs; os_package_files: the packages'
+    # files on the host (vllm_os_package_files), installed instead of from its repositories.
+    install_target: InstallTarget | None = Field(default=None, exclude=True)
+    os_package_files: tuple[str, ...] = Field(default=(), exclude=True)
 
 
 class VllmPlan(_Plan):

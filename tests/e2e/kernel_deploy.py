@@ -4,6 +4,7 @@ from pyinfra import host
 
 from hostkit.operations import kernel
 from hostkit.plan.plans import KernelPlan
+from hostkit.plan.scope import snapshot_scope
 from hostkit.profile.validation import profile_from_data
 
 profile = profile_from_data(host.name, host.data.dict())
@@ -13,5 +14,6 @@ plan = KernelPlan(
     thp_enabled=profile.thp_enabled,
     thp_defrag=profile.thp_defrag,
 )
-kernel.sysctl_settings(name="Kernel memory sysctls", plan=plan, profile=profile)
-kernel.transparent_hugepages(name="Transparent hugepages", plan=plan, profile=profile)
+scope = snapshot_scope(profile)
+kernel.sysctl_settings(name="Kernel memory sysctls", plan=plan, scope=scope)
+kernel.transparent_hugepages(name="Transparent hugepages", plan=plan, scope=scope)

@@ -6,8 +6,8 @@ from hostkit.deploy import current_plan
 from hostkit.desired.deploy_lock import deploy_lock_stale_after_s
 from hostkit.operations import lock, vllm_service
 
-profile, plan = current_plan()
-lock.acquire_deploy_lock(name="Take the deploy lock", stale_after_s=deploy_lock_stale_after_s(profile.vllm_ready_timeout))
-vllm_service.vllm_service(name="vLLM systemd unit", plan=plan.vllm, profile=profile)
-vllm_service.vllm_ready(name="vLLM readiness gate", plan=plan.vllm, profile=profile)
+plan = current_plan()
+lock.acquire_deploy_lock(name="Take the deploy lock", stale_after_s=deploy_lock_stale_after_s(plan.vllm.ready_timeout_s))
+vllm_service.vllm_service(name="vLLM systemd unit", plan=plan.vllm, scope=plan.scope)
+vllm_service.vllm_ready(name="vLLM readiness gate", plan=plan.vllm, scope=plan.scope)
 lock.release_deploy_lock(name="Release the deploy lock")

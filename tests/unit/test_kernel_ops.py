@@ -28,6 +28,7 @@ from hostkit.facts.system import SystemFact
 from hostkit.operations import kernel
 from hostkit.paths import SYSCTL_FILE
 from hostkit.plan.plans import KernelPlan
+from hostkit.plan.scope import snapshot_scope
 from hostkit.verify.checks import kernel_checks
 from tests.unit.op_host import OpHost, refusal_text
 
@@ -73,7 +74,7 @@ def FakeHost(state: KernelState, cmdline: str = "root=/dev/vda rw", executing: b
 
 def run_op(op, fake: FakeHost, plan: KernelPlan = PLAN) -> list:
     with ctx_host.use(fake):
-        return list(op._inner(plan))
+        return list(op._inner(plan, snapshot_scope()))
 
 
 # -- sysctl ----------------------------------------------------------------------------------

@@ -93,3 +93,16 @@ def test_checks_read_the_desired_state_not_operations():
         for module in imported_modules(path) if module == "hostkit.operations" or module.startswith("hostkit.operations.")
     }
     assert found == set()
+
+
+def test_operations_take_the_plan_not_the_profile():
+    """After validation only the planner reads HostProfile (issue 33): an operation takes plan
+    parts and the snapshot scope the planner made (HostPlan.scope), so no module under
+    hostkit.operations imports hostkit.profile, nor hostkit.plan.scope, which makes a scope
+    from a profile."""
+    found = sorted(
+        f"{path.relative_to(REPO)}: {module}"
+        for path in (REPO / "hostkit" / "operations").rglob("*.py") for module in imported_modules(path)
+        if module in ("hostkit.profile", "hostkit.plan.scope") or module.startswith("hostkit.profile.")
+    )
+    assert found == []

@@ -13,6 +13,7 @@ from hostkit.desired.nvme_boot import render_settings, render_unit, wanted_files
 from hostkit.facts.storage import NVME_FILES, NVME_UNIT_PATH, FstabEntry, StorageFact, parse_by_id
 from hostkit.operations import nvme_boot
 from hostkit.plan.plans import NvmePlan, SwapPlan
+from hostkit.plan.scope import snapshot_scope
 from tests.unit.op_host import OpHost
 from pyinfra.context import ctx_host
 
@@ -28,7 +29,7 @@ def converged():
 
 def run_op(storage, nvme=NVME, swap=SWAP) -> list:
     with ctx_host.use(OpHost({"storage": storage}, False)):
-        return list(nvme_boot.nvme_boot._inner(nvme, swap, None))
+        return list(nvme_boot.nvme_boot._inner(nvme, swap, snapshot_scope()))
 
 
 def test_udev_names_the_disk_by_model_serial_and_namespace():

