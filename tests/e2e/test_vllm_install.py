@@ -83,7 +83,7 @@ def test_install_then_a_rerun_changes_nothing(install_host, run_deploy):
 
 def test_upgrade_rerenders_the_flags_and_keeps_the_previous_release(install_host, run_deploy):
     upgrade = run_deploy(install_host, {**DATA, "vllm_version": "0.33.0"})
-    print(f"--- upgrade to 0.33.0 ---\n{upgrade.output}--- end ---")  # docs/design.md's example
+    print(f"--- upgrade to 0.33.0 ---\n{upgrade.output}--- end ---")  # kept in the test log: what a user sees
     assert upgrade.ok, upgrade.output[-3000:]
     assert release_in_service(install_host) == ("/opt/vllm/vllm-0.33.0", "0.33.0")
     exec_start = sh(install_host, "systemctl show -p ExecStart --value vllm.service")
@@ -94,7 +94,7 @@ def test_upgrade_rerenders_the_flags_and_keeps_the_previous_release(install_host
 
 def test_a_release_that_does_not_start_is_rolled_back_and_the_old_one_serves(install_host, run_deploy):
     failed = run_deploy(install_host, {**DATA, "vllm_version": "0.33.1"})
-    print(f"--- failed upgrade to 0.33.1 ---\n{failed.output}--- end ---")  # docs/design.md's example
+    print(f"--- failed upgrade to 0.33.1 ---\n{failed.output}--- end ---")  # kept in the test log: what a user sees
     assert not failed.ok
     assert "did not become ready: rolling back to /opt/vllm/vllm-0.33.0" in failed.output, failed.output[-4000:]
     assert "the previous release (/opt/vllm/vllm-0.33.0) serves again" in failed.output, failed.output[-4000:]

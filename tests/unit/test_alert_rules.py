@@ -3,11 +3,13 @@ tests/prometheus_dist.py): `check rules` and the unit tests in tests/unit/promto
 
 from __future__ import annotations
 
+import re
 import subprocess
 from pathlib import Path
 
 import pytest
 
+from hostkit.plan.gpu_policy import XID_RULES
 from tests.prometheus_dist import prometheus_bin
 
 REPO = Path(__file__).resolve().parents[2]
@@ -60,3 +62,11 @@ def test_a_wrong_threshold_fails_the_promtool_tests(promtool, tmp_path):
     result = run(promtool, "test", "rules", str(tests_dir / "alerts_test.yml"))
     assert result.returncode != 0
     assert "HostkitVllmMemoryPeakNearLimit" in result.stdout + result.stderr
+
+
+def test_the_fatal_xid_alert_names_the_codes_the_gpu_check_fails_on():
+    """One classification of Xid codes: the alert's is the GPU check's (XID_RULES)."""
+    expr = next(line for line in RULES.read_text().split("- alert: HostkitGpuFatalXid", 1)[1].splitlines()
+                if line.strip().startswith("expr:"))
+    codes = {int(code) for code in re.search(r'code=~"([0-9|]+)"', expr).group(1).split("|")}
+    assert codes == {code for code, rule in XID_RULES.items() if rule.fatal}
