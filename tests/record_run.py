@@ -38,14 +38,17 @@ def totals(junit: Path) -> dict:
     return {**count, "seconds": round(sum(float(suite.get("time", 0)) for suite in suites), 1), "failed": failed}
 
 
+FIGURE = re.compile(r'\{"test": .*\}$')
+
+
+def figure_lines(text: str) -> list[dict]:
+    """The JSON lines tests print (`{"test": ...}`), also where pytest -s puts one after a test's name."""
+    return [json.loads(match.group(0)) for line in text.splitlines() if (match := FIGURE.search(line))]
+
+
 def figures(junit: Path) -> list[dict]:
-    found = []
-    for case in ElementTree.parse(junit).getroot().iter("testcase"):
-        for out in case.iter("system-out"):
-            for line in (out.text or "").splitlines():
-                if line.startswith('{"test": '):
-                    found.append(json.loads(line))
-    return found
+    return [figure for case in ElementTree.parse(junit).getroot().iter("testcase")
+            for out in case.iter("system-out") for figure in figure_lines(out.text or "")]
 
 
 def device_steps(log: str) -> list[dict]:
@@ -112,9 +115,12 @@ def main() -> int:
         "suites": {path.stem: totals(path) for path in args.junit},
         "lane_minutes": lanes,
         "groups_s": groups,
-        "figures": [figure for path in args.junit for figure in figures(path)],
+        # A run with -s (make e2e-real) leaves them in its log, not in the junit XML.
+        "figures": [figure for path in args.junit for figure in figures(path)] or figure_lines(log),
     }
-    write(record, f"ci-run-{record['date']}-{commit}.json")
+    # `make e2e-real` and other targets beside CI's own command: named apart, same kind and page.
+    run_name = "ci-run" if args.command.endswith(".ci/run") else re.sub(r"\W+", "-", args.command.split()[-1])
+    write(record, f"{run_name}-{record['date']}-{commit}.json")
     return 0
 
 

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.record_run import figure_lines
+
 pytestmark = pytest.mark.processes
 
 REPO = Path(__file__).resolve().parents[2]
@@ -15,3 +17,9 @@ def test_the_evidence_pages_are_the_reports_rendered():
     check = subprocess.run([sys.executable, "scripts/evidence.py", "--check"], cwd=REPO, capture_output=True,
                            text=True, timeout=60)
     assert check.returncode == 0, check.stdout + check.stderr
+
+
+def test_figures_are_read_where_pytest_s_prints_them_after_a_tests_name():
+    log = ('tests/e2e/test_real_vllm.py::test_oom[vm] {"test": "real vLLM", "killed": ["VLLM::Worker"]}\n'
+           'PASSED\n{"test": "real vLLM", "rerun_s": 9.2}\nnot {"a figure": 1}\n')
+    assert figure_lines(log) == [{"test": "real vLLM", "killed": ["VLLM::Worker"]}, {"test": "real vLLM", "rerun_s": 9.2}]
