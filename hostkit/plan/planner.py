@@ -58,8 +58,7 @@ from hostkit.plan.plans import (
 from hostkit.profile.host_profile import HostProfile, mask
 from hostkit.sizes import GIB, MIB, format_size
 from hostkit.plan.swap_filesystems import reserve_bytes, swap_file_refusal
-from hostkit.vllm.flags import (ENGINE_OPTIONS, FlagError, flags_for, known_versions, parse_version, render_flags,
-                                runs_v1_by_default)
+from hostkit.vllm.flags import ENGINE_OPTIONS, FlagError, FlagSet, flags_for, known_versions, parse_version
 from hostkit.plan.os_packages import needed_os_packages, package_source
 from hostkit.vllm.runtime import InstallTarget, driver_floor, driver_problem, mismatch_problem, release_matches
 
@@ -367,19 +366,21 @@ def _plan_vllm(
 ) -> VllmPlan:
     if not p.vllm_enabled:
         return VllmPlan(enabled=False, version=p.vllm_version, user=p.vllm_user, cgroup_version=facts.cgroup_version)
-    _note_flag_source(p.vllm_version, found)
+    release = flags_for(p.vllm_version)
+    _note_flag_source(release, found)
     memory_max, memory_high, memory_swap_max = _memory_limits(p, facts, swap, found)
     tp = p.vllm_tensor_parallel_size or 1
     spec = _model_spec(p, facts, found)
-    sizing = _size_gpu(p, facts, spec, tp, found)
-    _check_host_ram(p, tp, memory_max, facts, found)
+    batch = _batch_choice(p, release, spec)
+    sizing = _size_gpu(p, release, batch, facts, spec, tp, found)
+    _check_host_ram(p, release, tp, memory_max, facts, found)
 
     cache_dir = _cache_dir(nvme, facts)
     return VllmPlan(
         enabled=True,
         version=p.vllm_version,
         user=p.vllm_user,
-        argv=_argv(p, spec, sizing, found),
+        argv=_argv(p, release, batch, sizing, found),
         env=dict(p.vllm_env),
         api_key=p.vllm_api_key,
         hf_token=p.vllm_hf_token,
@@ -461,8 +462,8 @@ def _runtime_plan(p: HostProfile, facts: PlanningFacts, found: _Findings) -> Vll
     )
 
 
-def _note_flag_source(version: str, found: _Findings) -> None:
-    recorded = flags_for(version).recorded
+def _note_flag_source(release: FlagSet, found: _Findings) -> None:
+    version, recorded = release.requested, release.recorded
     newest = known_versions()[-1]
     if parse_version(version)[:3] > parse_version(newest)[:3]:
         found.warnings.append(
@@ -576,17 +577,18 @@ def _kv_dtype_bytes(p: HostProfile, spec: ModelSpec) -> int | None:
     return KV_DTYPE_BYTES.get(p.vllm_kv_cache_dtype)
 
 
-def _size_gpu(p: HostProfile, facts: PlanningFacts, spec: ModelSpec | None, tp: int, found: _Findings) -> VllmSizing | None:
+def _size_gpu(p: HostProfile, release: FlagSet, batch: _BatchChoice, facts: PlanningFacts, spec: ModelSpec | None,
+              tp: int, found: _Findings) -> VllmSizing | None:
     """vLLM's GPU memory arithmetic on the GPUs it will use; None where it cannot be done or
     cannot work (`found` says why)."""
     used_gpus = _used_gpus(facts, spec, tp, found)
     if used_gpus is None:
         return None
-    utilization = p.vllm_gpu_memory_utilization or flags_for(p.vllm_version).default("--gpu-memory-utilization")
+    utilization = p.vllm_gpu_memory_utilization or release.default("--gpu-memory-utilization")
     _check_free_at_start(used_gpus, utilization, found)
     if spec is None:
         return None
-    settings = _memory_settings(p, spec, tp, utilization, used_gpus[0].name, found)
+    settings = _memory_settings(p, release, batch, spec, tp, utilization, used_gpus[0].name, found)
     if settings is None:
         return None
     gpu_memory = min(g.memory_total_mib for g in used_gpus) * MIB
@@ -630,7 +632,8 @@ def _check_free_at_start(used_gpus: list[GpuMemoryFact], utilization: float, fou
 
 
 def _memory_settings(
-    p: HostProfile, spec: ModelSpec, tp: int, utilization: float, gpu_name: str, found: _Findings
+    p: HostProfile, release: FlagSet, batch: _BatchChoice, spec: ModelSpec, tp: int, utilization: float,
+    gpu_name: str, found: _Findings,
 ) -> vllm_memory.EngineSettings | None:
     """The engine settings that move the arithmetic, as the command line passes them; None
     (warned) when a weight or KV cache dtype's size is unknown."""
@@ -639,16 +642,14 @@ def _memory_settings(
     if layout is None or kv_bytes is None:
         found.warnings.append("weight or KV cache dtype size unknown for these settings: KV cache sizing skipped")
         return None
-    max_model_len = p.vllm_max_model_len or spec.max_position_embeddings
-    chunked, batched = _profiled_batch(p, max_model_len)
     return vllm_memory.EngineSettings(
-        release=parse_version(p.vllm_version)[:3],
+        release=parse_version(release.requested)[:3],
         tensor_parallel_size=tp,
         gpu_memory_utilization=utilization,
-        max_model_len=max_model_len,
-        max_num_batched_tokens=batched,
+        max_model_len=batch.max_model_len,
+        max_num_batched_tokens=batch.batched,
         max_num_seqs=p.vllm_max_num_seqs if isinstance(p.vllm_max_num_seqs, int) else None,
-        chunked_prefill=chunked,
+        chunked_prefill=batch.chunked,
         enforce_eager=bool(p.vllm_extra_args.get("--enforce-eager")),
         gpu_name=gpu_name,
         weight_dtype_bytes=layout[0],
@@ -709,35 +710,35 @@ def _sizing(p: HostProfile, spec: ModelSpec, settings: vllm_memory.EngineSetting
     )
 
 
-def _profiled_batch(p: HostProfile, max_model_len: int) -> tuple[bool | None, int | None]:
-    """(chunked prefill, max_num_batched_tokens) as the command line will pass them, with
-    "auto" resolved as _engine_settings does (None: left to vLLM)."""
+@dataclass(frozen=True)
+class _BatchChoice:
+    """The context length, chunked prefill and max_num_batched_tokens that the command line
+    passes, "auto" resolved (None: left to vLLM). `batched` is before the max_num_seqs floor,
+    which only the sizing can give."""
+
+    max_model_len: int | None
+    chunked: bool | None
+    batched: int | None
+    in_chunks: bool  # whether vLLM prefills in chunks: asked to, or left to a V1 engine, which does
+
+
+def _batch_choice(p: HostProfile, release: FlagSet, spec: ModelSpec | None) -> _BatchChoice:
+    max_model_len = p.vllm_max_model_len or (spec.max_position_embeddings if spec else None)
     chunked = p.vllm_enable_chunked_prefill
     if chunked == "auto":
         chunked = auto_chunked_prefill(max_model_len)
+    in_chunks = chunked is True or (chunked is None and release.runs_v1_by_default)
     batched = p.vllm_max_num_batched_tokens
     if batched == "auto":
-        batched = auto_batched_tokens(chunked, p.vllm_version, max_model_len)
-    return chunked, batched
+        # A chunk when prompts are prefilled in chunks, else a whole prompt.
+        batched = CHUNKED_PREFILL_BATCH_TOKENS if in_chunks else max_model_len
+    return _BatchChoice(max_model_len, chunked, batched, in_chunks)
 
 
 def auto_chunked_prefill(max_model_len: int | None) -> bool | None:
     """vllm_enable_chunked_prefill "auto": on for long contexts; None (vLLM's default) when
     the context length is unknown."""
     return None if max_model_len is None else max_model_len > LONG_CONTEXT_TOKENS
-
-
-def prefills_in_chunks(chunked: bool | None, version: str) -> bool:
-    """Whether vLLM will prefill in chunks: asked to, or left to a V1 engine, which does."""
-    return chunked is True or (chunked is None and runs_v1_by_default(version))
-
-
-def auto_batched_tokens(chunked: bool | None, version: str, max_model_len: int | None, floor: int = 0) -> int | None:
-    """vllm_max_num_batched_tokens "auto": a chunk when prompts are prefilled in chunks, else
-    a whole prompt; at least `floor` (max_num_seqs); None when the context length is unknown."""
-    if prefills_in_chunks(chunked, version):
-        return max(CHUNKED_PREFILL_BATCH_TOKENS, floor)
-    return None if max_model_len is None else max(max_model_len, floor)
 
 
 def _gpu_holders(gpu: GpuMemoryFact) -> str:
@@ -752,13 +753,14 @@ def _gpu_holders(gpu: GpuMemoryFact) -> str:
     return f"Held outside the vLLM unit: {held or 'no process listed (driver or another container)'}{own}"
 
 
-def _check_host_ram(p: HostProfile, tp: int, memory_max: int | None, facts: PlanningFacts, found: _Findings) -> None:
+def _check_host_ram(p: HostProfile, release: FlagSet, tp: int, memory_max: int | None, facts: PlanningFacts,
+                    found: _Findings) -> None:
     low = RAM_PER_GPU_PROCESS[0] * tp + RAM_FRONTEND[0]
     high = RAM_PER_GPU_PROCESS[1] * tp + RAM_FRONTEND[1]
     parts = [f"{tp} GPU process(es) and the frontend"]
-    if not runs_v1_by_default(p.vllm_version):
+    if not release.runs_v1_by_default:
         # The V0 engine pins --swap-space GiB of host memory per GPU; V1 ignores it.
-        swap_space = p.vllm_swap_space if p.vllm_swap_space is not None else flags_for(p.vllm_version).default("--swap-space")
+        swap_space = p.vllm_swap_space if p.vllm_swap_space is not None else release.default("--swap-space")
         pinned = int((swap_space or 0) * GIB) * tp
         low, high = low + pinned, high + pinned
         parts.append(f"--swap-space {swap_space} GiB x {tp} pinned")
@@ -787,52 +789,46 @@ def _cache_dir(nvme: NvmePlan | None, facts: PlanningFacts) -> str:
     return DEFAULT_CACHE_DIR
 
 
-def _engine_settings(p: HostProfile, spec: ModelSpec | None, sizing: VllmSizing | None, found: _Findings) -> dict:
-    """{option: value} for the engine keys, with "auto" resolved (None = not passed)."""
-    max_model_len = p.vllm_max_model_len or (spec.max_position_embeddings if spec else None)
-
-    seqs = p.vllm_max_num_seqs
-    if seqs == "auto":
-        if sizing is None:
-            seqs = None
-            found.warnings.append("vllm_max_num_seqs auto: model or GPUs unknown, left to vLLM's default")
-        else:
-            cap = AUTO_MAX_NUM_SEQS_CAP
-            if isinstance(p.vllm_max_num_batched_tokens, int):
-                cap = min(cap, p.vllm_max_num_batched_tokens)  # vLLM refuses more sequences than batch tokens
-            expected = sizing.expected_tokens_per_request
-            fitting = sizing.kv_tokens // expected if expected else sizing.max_concurrent_at_max_model_len
-            seqs = max(1, min(cap, fitting))
-            sized_for = f"{expected} tokens (vllm_expected_tokens_per_request)" if expected else f"{sizing.max_model_len} tokens"
-            found.notes.append(
-                f"max_num_seqs {seqs}: requests of {sized_for} that fit in the KV cache (at most {cap})"
-            )
-            found.notes.append(_cap_meaning(seqs, sizing))
-
-    chunked = p.vllm_enable_chunked_prefill
-    if chunked == "auto":
-        chunked = auto_chunked_prefill(max_model_len)
-        if chunked is None:
+def _engine_settings(p: HostProfile, batch: _BatchChoice, sizing: VllmSizing | None, found: _Findings) -> dict:
+    """{option: value} for the engine keys, with "auto" resolved (None = not passed), and a
+    note or warning for each "auto"."""
+    seqs = _auto_max_num_seqs(p, sizing, found) if p.vllm_max_num_seqs == "auto" else p.vllm_max_num_seqs
+    if p.vllm_enable_chunked_prefill == "auto":
+        if batch.chunked is None:
             found.warnings.append("vllm_enable_chunked_prefill auto: context length unknown, left to vLLM's default")
         else:
             found.notes.append(
-                f"chunked prefill {'on' if chunked else 'off'}: context {max_model_len} tokens"
-                f" {'>' if chunked else '<='} {LONG_CONTEXT_TOKENS}"
+                f"chunked prefill {'on' if batch.chunked else 'off'}: context {batch.max_model_len} tokens"
+                f" {'>' if batch.chunked else '<='} {LONG_CONTEXT_TOKENS}"
             )
-
-    batched = p.vllm_max_num_batched_tokens
-    if batched == "auto":
-        batched = auto_batched_tokens(chunked, p.vllm_version, max_model_len, floor=seqs if isinstance(seqs, int) else 0)
+    batched = batch.batched
+    if p.vllm_max_num_batched_tokens == "auto":
         if batched is None:
             found.warnings.append("vllm_max_num_batched_tokens auto: context length unknown, left to vLLM's default")
-        elif prefills_in_chunks(chunked, p.vllm_version):
-            found.notes.append(f"max_num_batched_tokens {batched}: prompts are prefilled in chunks of this size")
         else:
-            found.notes.append(f"max_num_batched_tokens {batched}: without chunked prefill a whole prompt fits one batch")
-
-    resolved = {"vllm_max_num_seqs": seqs, "vllm_enable_chunked_prefill": chunked,
+            batched = max(batched, seqs if isinstance(seqs, int) else 0)  # vLLM refuses fewer tokens than sequences
+            why = ("prompts are prefilled in chunks of this size" if batch.in_chunks
+                   else "without chunked prefill a whole prompt fits one batch")
+            found.notes.append(f"max_num_batched_tokens {batched}: {why}")
+    resolved = {"vllm_max_num_seqs": seqs, "vllm_enable_chunked_prefill": batch.chunked,
                 "vllm_max_num_batched_tokens": batched}
     return {option: resolved.get(key, getattr(p, key)) for key, option in ENGINE_OPTIONS.items()}
+
+
+def _auto_max_num_seqs(p: HostProfile, sizing: VllmSizing | None, found: _Findings) -> int | None:
+    if sizing is None:
+        found.warnings.append("vllm_max_num_seqs auto: model or GPUs unknown, left to vLLM's default")
+        return None
+    cap = AUTO_MAX_NUM_SEQS_CAP
+    if isinstance(p.vllm_max_num_batched_tokens, int):
+        cap = min(cap, p.vllm_max_num_batched_tokens)  # vLLM refuses more sequences than batch tokens
+    expected = sizing.expected_tokens_per_request
+    fitting = sizing.kv_tokens // expected if expected else sizing.max_concurrent_at_max_model_len
+    seqs = max(1, min(cap, fitting))
+    sized_for = f"{expected} tokens (vllm_expected_tokens_per_request)" if expected else f"{sizing.max_model_len} tokens"
+    found.notes.append(f"max_num_seqs {seqs}: requests of {sized_for} that fit in the KV cache (at most {cap})")
+    found.notes.append(_cap_meaning(seqs, sizing))
+    return seqs
 
 
 def _cap_meaning(seqs: int, sizing: VllmSizing) -> str:
@@ -851,10 +847,10 @@ def _cap_meaning(seqs: int, sizing: VllmSizing) -> str:
     return text
 
 
-def _argv(p: HostProfile, spec: ModelSpec | None, sizing: VllmSizing | None, found: _Findings) -> list[str]:
-    version = p.vllm_version
+def _argv(p: HostProfile, release: FlagSet, batch: _BatchChoice, sizing: VllmSizing | None,
+          found: _Findings) -> list[str]:
     model = p.vllm_model or ""
-    if flags_for(version).entry_point == "serve":
+    if release.entry_point == "serve":
         head = [p.vllm_command, "serve", model]
     else:
         head = [p.vllm_command, "-m", "vllm.entrypoints.openai.api_server", "--model", model]
@@ -862,12 +858,12 @@ def _argv(p: HostProfile, spec: ModelSpec | None, sizing: VllmSizing | None, fou
         "--host": p.vllm_host,
         "--port": p.vllm_port,
         "--served-model-name": p.served_model_name,
-        **_engine_settings(p, spec, sizing, found),
+        **_engine_settings(p, batch, sizing, found),
     }
     try:
-        words = render_flags(version, options)
+        words = release.render(options)
         for option, value in p.vllm_extra_args.items():
-            words.extend(render_flags(version, {option: value}))
+            words.extend(release.render({option: value}))
     except FlagError as error:
         found.refuse("vllm_version", str(error))
         return head

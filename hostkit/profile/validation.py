@@ -14,7 +14,7 @@ from pydantic import ValidationError
 from hostkit.profile.host_profile import ALLOWED, HOSTKIT_PREFIXES, SIZE_KEYS, HostProfile, mask
 from hostkit.sizes import format_size
 from hostkit.vllm import model_catalog
-from hostkit.vllm.flags import DOCUMENTED_REMOVALS, ENGINE_OPTIONS, RESERVED_OPTIONS, FlagError, flags_for, render_flags
+from hostkit.vllm.flags import DOCUMENTED_REMOVALS, ENGINE_OPTIONS, RESERVED_OPTIONS, FlagError, flags_for
 from hostkit.vllm.runtime import INSTALLED_ENTRY_POINT
 
 @dataclass(frozen=True)
@@ -151,7 +151,7 @@ def _engine_option_issues(host: str, p: HostProfile, version: str, flag_set) -> 
         if value is None or value == "auto":
             continue
         try:
-            render_flags(version, {option: value})
+            flag_set.render({option: value})
         except FlagError as error:
             removed_in = DOCUMENTED_REMOVALS.get(option)
             reason = str(error) + (f" (removed in {removed_in})" if removed_in and not flag_set.has(option) else "")
@@ -183,7 +183,7 @@ def _extra_args_issues(host: str, p: HostProfile, version: str, flag_set) -> lis
             issues.append(DataIssue(host, key, setting, "", reason=reason, hint=hint))
             continue
         try:
-            render_flags(version, {option: setting})
+            flag_set.render({option: setting})
         except FlagError as error:
             issues.append(DataIssue(host, key, setting, f"a value vLLM {version} accepts", reason=str(error)))
     return issues

@@ -173,6 +173,28 @@ class FlagSet:
         flag = self._by_option.get(option)
         return None if flag is None else flag.choices
 
+    @property
+    def runs_v1_by_default(self) -> bool:
+        return runs_v1_by_default(self.requested)
+
+    def render(self, options: dict[str, Any]) -> list[str]:
+        """argv words for `options` ({option string: value}) in this release's spelling.
+
+        None skips an option. A switch takes True or False and is written in the release's
+        on/off spelling (omitted when off is its default and it has no off spelling). A
+        list repeats values after one option (nargs "+"). FlagError for anything the release
+        would refuse.
+        """
+        argv: list[str] = []
+        for option, value in options.items():
+            if value is None:
+                continue
+            flag = self.get(option)
+            if flag is None:
+                raise FlagError(f"vLLM {self.requested} has no {option}")
+            argv.extend(_render_one(self.requested, option, flag, value))
+        return argv
+
 
 @cache
 def _data() -> dict[str, Any]:
@@ -207,26 +229,6 @@ def flags_for(version: str) -> FlagSet:
             continue
         flags.append(Flag(tuple(options), dest, default, None if choices is None else tuple(choices), nargs, type_))
     return FlagSet(version, recorded, release["entry_point"], tuple(flags))
-
-
-def render_flags(version: str, options: dict[str, Any]) -> list[str]:
-    """argv words for `options` ({option string: value}) in `version`'s spelling.
-
-    None skips an option. A switch takes True or False and is written in the release's
-    on/off spelling (omitted when off is its default and it has no off spelling). A
-    list repeats values after one option (nargs "+"). FlagError for anything the release
-    would refuse.
-    """
-    flag_set = flags_for(version)
-    argv: list[str] = []
-    for option, value in options.items():
-        if value is None:
-            continue
-        flag = flag_set.get(option)
-        if flag is None:
-            raise FlagError(f"vLLM {version} has no {option}")
-        argv.extend(_render_one(version, option, flag, value))
-    return argv
 
 
 def _render_one(version: str, option: str, flag: Flag, value: Any) -> list[str]:

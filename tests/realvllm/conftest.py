@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from hostkit.vllm.flags import render_flags
+from hostkit.vllm.flags import flags_for
 from tests.realvllm import server as srv
 from tests.net import free_port
 from hostkit_lab.real_vllm import tiny_model, wheelhouse
@@ -83,7 +83,7 @@ def vllm_cli(realvllm_python, tmp_path_factory) -> Path:
 
 
 def serve_flags(port: int) -> list[str]:
-    return render_flags(VERSION, {
+    return flags_for(VERSION).render({
         "--served-model-name": SERVED_NAME, "--host": "127.0.0.1", "--port": port, "--enforce-eager": True,
         "--dtype": DTYPE, "--max-model-len": 1024, "--max-num-seqs": 8,
     })

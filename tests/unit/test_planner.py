@@ -515,6 +515,25 @@ def test_auto_chunked_prefill_for_long_contexts():
     assert short[short.index("--max-num-batched-tokens") + 1] == "4096"
 
 
+def test_auto_batch_tokens_are_at_least_the_auto_max_num_seqs():
+    argv = plan({"vllm_max_model_len": 4096, "vllm_max_num_seqs": "auto", "vllm_enable_chunked_prefill": False,
+                 "vllm_max_num_batched_tokens": "auto", "vllm_gpu_memory_utilization": 0.9}).vllm.argv
+    seqs = int(argv[argv.index("--max-num-seqs") + 1])
+    assert seqs == 256
+    assert int(argv[argv.index("--max-num-batched-tokens") + 1]) == 4096
+
+
+def test_the_release_is_resolved_once_per_plan(monkeypatch):
+    from hostkit.plan import planner
+
+    asked = []
+    real = planner.flags_for
+    monkeypatch.setattr(planner, "flags_for", lambda version: asked.append(version) or real(version))
+    plan({"vllm_version": "0.8.5", "vllm_max_num_seqs": "auto", "vllm_enable_chunked_prefill": "auto",
+          "vllm_max_num_batched_tokens": "auto"})
+    assert asked == ["0.8.5"]
+
+
 def test_auto_values_without_gpu_facts_are_left_to_vllm_with_a_warning():
     result = plan({"vllm_max_num_seqs": "auto"}, facts(gpus=[]))
     assert "--max-num-seqs" not in result.vllm.argv

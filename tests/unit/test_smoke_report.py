@@ -119,6 +119,8 @@ def test_no_samples_from_the_watched_host_fails_the_run():
     assert run.problems() == ["no memory samples came from lab1"]
 
 
+# matplotlib runs fc-list when it builds its font cache, the first time on a machine.
+@pytest.mark.processes
 def test_report_json_and_chart(tmp_path):
     run = synthetic_run(lambda t: 10 + 500 * max(0.0, min(1.0, (t - 1) / 4)) * (1 if t < 14 else 0.1), oom=OOM)
     report_path, chart_path = write_report(run, {"concurrency": 20}, tmp_path)

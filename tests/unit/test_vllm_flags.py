@@ -10,7 +10,6 @@ from hostkit.vllm.flags import (
     known_versions,
     parse_version,
     recorded_version_for,
-    render_flags,
 )
 
 FIXTURES = Path(__file__).parent / "fixtures" / "plan"
@@ -64,10 +63,10 @@ def test_swap_space_is_gone_from_0_18(version, has_swap_space):
     assert flags_for(version).has("--swap-space") is has_swap_space
     options = {"--swap-space": 4, "--max-num-seqs": 8}
     if has_swap_space:
-        assert render_flags(version, options) == ["--swap-space", "4", "--max-num-seqs", "8"]
+        assert flags_for(version).render(options) == ["--swap-space", "4", "--max-num-seqs", "8"]
     else:
         with pytest.raises(FlagError, match=f"vLLM {version} has no --swap-space"):
-            render_flags(version, options)
+            flags_for(version).render(options)
 
 
 @pytest.mark.parametrize(
@@ -84,8 +83,8 @@ def test_swap_space_is_gone_from_0_18(version, has_swap_space):
     ],
 )
 def test_chunked_prefill_off_is_spelled_per_release(version, off):
-    assert render_flags(version, {"--enable-chunked-prefill": False}) == off
-    on = render_flags(version, {"--enable-chunked-prefill": True})
+    assert flags_for(version).render({"--enable-chunked-prefill": False}) == off
+    on = flags_for(version).render({"--enable-chunked-prefill": True})
     assert on == (["--enable-chunked-prefill=true"] if version in ("0.5.5", "0.6.6.post1") else ["--enable-chunked-prefill"])
     for word in off + on:
         assert flags_for(version).has(word.split("=")[0])
@@ -93,9 +92,7 @@ def test_chunked_prefill_off_is_spelled_per_release(version, off):
 
 @pytest.mark.parametrize("version", VERSIONS)
 def test_common_engine_options_render_in_every_release(version):
-    argv = render_flags(
-        version,
-        {
+    argv = flags_for(version).render({
             "--host": "0.0.0.0",
             "--port": 8000,
             "--served-model-name": "m",
@@ -125,25 +122,25 @@ def test_default_gpu_memory_utilization_changes_in_0_20():
 
 def test_render_refuses_what_the_release_rejects():
     with pytest.raises(FlagError, match="has no --swap-space"):
-        render_flags("0.20.0", {"--swap-space": 4})
+        flags_for("0.20.0").render({"--swap-space": 4})
     with pytest.raises(FlagError, match="has no --cpu-offload-gb"):
-        render_flags("0.4.3", {"--cpu-offload-gb": 4})
+        flags_for("0.4.3").render({"--cpu-offload-gb": 4})
     with pytest.raises(FlagError, match="accepts"):
-        render_flags("0.4.3", {"--kv-cache-dtype": "fp8_inc"})
+        flags_for("0.4.3").render({"--kv-cache-dtype": "fp8_inc"})
     with pytest.raises(FlagError, match="whole number"):
-        render_flags("0.6.6.post1", {"--max-model-len": "32k"})
+        flags_for("0.6.6.post1").render({"--max-model-len": "32k"})
     with pytest.raises(FlagError, match="switch"):
-        render_flags("0.33.0", {"--enforce-eager": "yes"})
+        flags_for("0.33.0").render({"--enforce-eager": "yes"})
     with pytest.raises(FlagError, match="one value"):
-        render_flags("0.33.0", {"--port": [1, 2]})
+        flags_for("0.33.0").render({"--port": [1, 2]})
     with pytest.raises(FlagError, match="double negative"):
-        render_flags("0.10.2", {"--no-enable-prefix-caching": False})
+        flags_for("0.10.2").render({"--no-enable-prefix-caching": False})
 
 
 def test_render_lists_and_explicit_off_spellings():
-    assert render_flags("0.10.2", {"--served-model-name": ["a", "b"]}) == ["--served-model-name", "a", "b"]
-    assert render_flags("0.10.2", {"--no-enable-prefix-caching": True}) == ["--no-enable-prefix-caching"]
-    assert render_flags("0.33.0", {"--max-model-len": "32k"}) == ["--max-model-len", "32k"]
+    assert flags_for("0.10.2").render({"--served-model-name": ["a", "b"]}) == ["--served-model-name", "a", "b"]
+    assert flags_for("0.10.2").render({"--no-enable-prefix-caching": True}) == ["--no-enable-prefix-caching"]
+    assert flags_for("0.33.0").render({"--max-model-len": "32k"}) == ["--max-model-len", "32k"]
 
 
 def _probe_options(args: str) -> dict[str, object]:
@@ -191,7 +188,7 @@ def test_rendering_agrees_with_the_real_parsers(version, probe):
     refused = []
     for option, value in options.items():
         try:
-            render_flags(version, {option: value})
+            flags_for(version).render({option: value})
         except FlagError:
             refused.append(option)
     if probe["rc"] == 0:
