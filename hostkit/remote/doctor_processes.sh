@@ -1,6 +1,7 @@
 # `hostkit doctor`'s unit cgroup and process parts, after the unit part has set cg (its
 # ControlGroup) and pid (its MainPID). hostkit.doctor.gather sets before it: hk_mark,
-# hk_with_proc, hk_cgroup_files (the memory files to read, v2 and v1 names) and hk_ps_s (ps's
+# hk_with_proc (`yes`: list processes with ps; a local run reads them with psutil instead),
+# hk_cgroup_files (the memory files to read, v2 and v1 names) and hk_ps_s (ps's
 # deadline: reading a process's command line waits on its memory map, which a process stuck
 # in the kernel can hold); and hk_deadline.
 echo "${hk_mark}cgroup@@"

@@ -98,7 +98,7 @@ def test_the_cgroup_decides_not_the_process_tree():
 
 def test_systemds_control_group_is_the_units_cgroup_when_it_names_one():
     lines = (FIXTURES / "h200-holder-in-unit.txt").read_text().splitlines()
-    at = lines.index("@@doctor:vm@@")
+    at = lines.index("@@doctor:kernel@@")
     lines[at:at] = ["@@doctor:unit@@", "LoadState=loaded", "ActiveState=active", "ControlGroup=/vllm.slice/vllm.service"]
     inputs = parse_doctor_output("h200", lines)
     assert inputs.unit.control_group == "/vllm.slice/vllm.service"
@@ -147,7 +147,7 @@ def test_probe_is_valid_shell_and_runs_here(tmp_path):
     result = subprocess.run(["sh", "-c", script], capture_output=True, text=True, timeout=60, check=False)
     assert result.returncode == 0
     parts = split_sub_sections(result.stdout.splitlines())
-    assert {"meminfo", "vm", "cgroup", "argv", "ps", "dist", "oom"} <= set(parts)
+    assert {"system", "kernel", "cgroup", "argv", "ps", "dist", "oom"} <= set(parts)
     inputs = parse_doctor_output("here", result.stdout.splitlines())
     assert inputs.memory.ram_total_bytes > 0
 
@@ -157,12 +157,25 @@ def test_fact_command_takes_unit_and_command():
     assert "unit='my vllm.service'" in command and "hk_vllm_command=/x/bin/vllm" in command
 
 
+def this_hosts_mem_total_and_swappiness() -> tuple[int, int]:
+    meminfo = Path("/proc/meminfo").read_text().splitlines()
+    mem_total_kib = next(int(line.split()[1]) for line in meminfo if line.startswith("MemTotal:"))
+    return mem_total_kib * 1024, int(Path("/proc/sys/vm/swappiness").read_text())
+
+
 @pytest.mark.processes
-def test_local_gather_uses_psutil_for_memory():
-    psutil = pytest.importorskip("psutil")
+def test_the_system_and_kernel_parts_read_this_hosts_memory_and_swappiness():
+    """The snapshot's system and kernel sections, run as doctor's parts, parsed as a remote host's."""
+    result = subprocess.run(["sh", "-c", doctor_command(with_proc=False)], capture_output=True, text=True,
+                            timeout=60, check=False)
+    inputs = parse_doctor_output("here", result.stdout.splitlines())
+    assert (inputs.memory.ram_total_bytes, inputs.tuning.swappiness) == this_hosts_mem_total_and_swappiness()
+
+
+@pytest.mark.processes
+def test_local_gather_reads_memory_from_the_same_system_part():
     inputs = gather_local()
-    assert inputs.memory.ram_total_bytes == psutil.virtual_memory().total
-    assert inputs.tuning.swappiness is not None
+    assert (inputs.memory.ram_total_bytes, inputs.tuning.swappiness) == this_hosts_mem_total_and_swappiness()
 
 
 def test_keepalive_sections_are_parsed():
