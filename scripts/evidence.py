@@ -1,22 +1,27 @@
 """Write docs/evidence/ from reports/*.json: the measured figures, never typed by hand.
 
-    python3 scripts/evidence.py          # rewrite docs/evidence/
-    python3 scripts/evidence.py --check  # exit 1 when docs/evidence/ is not what the reports give
+    python3 scripts/evidence.py          # rewrite docs/evidence/ and README's figure lines
+    python3 scripts/evidence.py --check  # exit 1 when either is not what the reports give
 
-Each report has a "kind"; each kind has a page. A test (tests/unit/test_evidence.py) runs
---check, so a report committed without its page, or a page edited by hand, fails.
+Each report has a "kind"; each kind has a page. README quotes a few figures between
+`<!-- evidence:NAME -->` and `<!-- /evidence:NAME -->`, written here too. A test
+(tests/unit/test_evidence.py) runs --check, so a report committed without its page, or a
+figure edited by hand, fails.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
+import statistics
 import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 REPORTS = REPO / "reports"
 EVIDENCE = REPO / "docs" / "evidence"
+README = REPO / "README.md"
 HEADER = "<!-- written by scripts/evidence.py from reports/*.json: do not edit -->\n"
 
 
@@ -81,16 +86,51 @@ def nvme_boots(records: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def nvme_boot_figures(records: list[dict]) -> list[dict]:
+    return [figure for record in records for figure in record["figures"] if figure.get("test") == "nvme boot"]
+
+
+def nvme_boot_summary(records: list[dict]) -> str:
+    """README's line on the instance-store boots: medians over every CI run that timed them."""
+    figures = nvme_boot_figures(records)
+
+    def median(case: str, key: str) -> str:
+        values = [f[key] for f in figures if f["case"] == case and f.get(key) is not None]
+        return f"{statistics.median(values):.0f} s" if values else "?"
+
+    runs = sum(1 for record in records if any(f.get("test") == "nvme boot" for f in record["figures"]))
+    return (f"Lab VMs (qemu TCG, median of {runs} CI runs): a blank disk {median('blank disk', 'ssh')} to ssh, "
+            f"swap on at {median('blank disk', 'swap')}; no disk {median('no NVMe disk', 'ssh')}; a foreign disk "
+            f"{median('foreign disk', 'ssh')} ([every boot](docs/evidence/nvme-boots.md)).")
+
+
+README_FIGURES = {"ci-run": [("nvme-boots", nvme_boot_summary)]}
+
+
+def readme_with_figures(text: str, by_kind: dict[str, list[dict]]) -> str:
+    for kind, figures in README_FIGURES.items():
+        for name, write in figures:
+            block = re.compile(rf"(<!-- evidence:{name} -->\n).*?(<!-- /evidence:{name} -->)", re.S)
+            if not block.search(text):
+                raise SystemExit(f"README.md has no <!-- evidence:{name} --> block")
+            text = block.sub(lambda m: m.group(1) + write(by_kind.get(kind, [])) + "\n" + m.group(2), text)
+    return text
+
+
 PAGES = {"ci-run": [("ci-runs.md", ci_runs), ("nvme-boots.md", nvme_boots)],
          "device-run": [("device-runs.md", device_runs)]}
 
 
-def pages() -> dict[str, str]:
+def records_by_kind() -> dict[str, list[dict]]:
     by_kind: dict[str, list[dict]] = {}
     for path in sorted(REPORTS.glob("*.json")):
         record = json.loads(path.read_text())
         if record.get("kind") in PAGES:
             by_kind.setdefault(record["kind"], []).append(record)
+    return by_kind
+
+
+def pages(by_kind: dict[str, list[dict]]) -> dict[str, str]:
     return {name: write(records) for kind, records in by_kind.items() for name, write in PAGES[kind]}
 
 
@@ -98,17 +138,19 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true")
     args = parser.parse_args()
-    wanted = pages()
+    by_kind = records_by_kind()
+    wanted = {EVIDENCE / name: text for name, text in pages(by_kind).items()}
+    wanted[README] = readme_with_figures(README.read_text(), by_kind)
     if args.check:
-        stale = [name for name, text in wanted.items()
-                 if not (EVIDENCE / name).exists() or (EVIDENCE / name).read_text() != text]
-        for name in stale:
-            print(f"docs/evidence/{name} is not what reports/*.json give: run python3 scripts/evidence.py")
+        stale = [path for path, text in wanted.items() if not path.exists() or path.read_text() != text]
+        for path in stale:
+            print(f"{path.relative_to(REPO)} is not what reports/*.json give: run python3 scripts/evidence.py")
         return 1 if stale else 0
     EVIDENCE.mkdir(parents=True, exist_ok=True)
-    for name, text in wanted.items():
-        (EVIDENCE / name).write_text(text)
-        print(f"docs/evidence/{name}")
+    for path, text in wanted.items():
+        if not path.exists() or path.read_text() != text:
+            path.write_text(text)
+            print(path.relative_to(REPO))
     return 0
 
 
