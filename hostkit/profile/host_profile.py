@@ -27,6 +27,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from hostkit.profile import instances
 from hostkit.sizes import SizeError, parse_size
 from hostkit.vllm.runtime import (
     PIP_OPTIONS_SET_BY_HOSTKIT,
@@ -55,6 +56,8 @@ _USER_NAME = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
 _HOST_NAME = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$")
 _DRIVER_VERSION = re.compile(r"^\d+(\.\d+){0,2}$")
 _HTTP_URL = re.compile(r"https?://\S+")
+# A GPU's UUID as nvidia-smi prints it (`nvidia-smi -L`, `--query-gpu=uuid`).
+GPU_UUID = re.compile(r"GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", re.IGNORECASE)
 _ABSOLUTE_PATH = re.compile(r"/\S*")
 
 # What each key accepts, worded for error messages.
@@ -99,6 +102,8 @@ ALLOWED: dict[str, str] = {
     "vllm_enable_chunked_prefill": "null, 'auto', true or false",
     "vllm_max_num_batched_tokens": "null, 'auto' or a whole number >= 1",
     "vllm_tensor_parallel_size": "null or a whole number >= 1",
+    "vllm_gpus": "null or a non-empty list of distinct GPU indices (whole numbers >= 0) or UUIDs (GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx)",
+    "vllm_instances": "a mapping of instance names to mappings of vllm_* keys and gpus",
     "vllm_dtype": "null or a dtype the vLLM release accepts",
     "vllm_quantization": "null or a quantization method the vLLM release accepts",
     "vllm_kv_cache_dtype": "null or a KV cache dtype the vLLM release accepts",
@@ -259,7 +264,9 @@ class HostProfile(BaseModel):
     """an int (must be ≥ `max_num_seqs`), or `"auto"`"""
     vllm_tensor_parallel_size: PositiveInt | None = None
     """must divide the attention heads and padded vocabulary (and divide or be a multiple of the KV
-    heads)"""
+    heads); unset: the number of `vllm_gpus`, else 1"""
+    vllm_gpus: list[Annotated[int, Field(ge=0)] | str] | None = None
+    """an instance's GPUs (`gpus` in `vllm_instances`): indices or `GPU-…` UUIDs (`nvidia-smi -L`)"""
     vllm_dtype: str | None = None
     """passed through when set"""
     vllm_quantization: str | None = None
@@ -301,6 +308,9 @@ class HostProfile(BaseModel):
     vllm_hardening: Literal["standard", "strict"] = "standard"
     """`"strict"` adds `SystemCallFilter=` and `MemoryDenyWriteExecute=` (may break CUDA/Triton JIT
     on some stacks)"""
+    vllm_instances: dict[str, HostProfile] = Field(default_factory=dict)
+    """vLLM servers by name, each its `vllm_*` keys and `gpus` over the host's
+    ([more](#several-instances-on-one-host)); planned, not yet deployed"""
     vllm_watchdog: bool = True
     """installs `vllm-hostkit-watchdog.service`, which restarts a vLLM that is up but not serving"""
     vllm_watchdog_interval_s: Annotated[int, Field(ge=1, le=3600)] = 10
@@ -360,6 +370,30 @@ class HostProfile(BaseModel):
             return {**data, "vllm_command": installed_command(root, version)}
         except (FlagError, TypeError, AttributeError):
             return data  # the vllm_version or vllm_install_root check reports it
+
+    # Defined after _installed_command so that pydantic runs it first (a later "before"
+    # validator wraps an earlier one): each instance gets the host's raw data, not a command
+    # derived from the host's vllm_version, and derives its own.
+    @model_validator(mode="before")
+    @classmethod
+    def _instances(cls, data: Any) -> Any:
+        if not isinstance(data, Mapping):
+            return data
+        for name, key, value, allowed, reason in instances.data_problems(data.get(instances.INSTANCES_KEY),
+                                                                         cls.model_fields):
+            path = instances.raw_key_path(name, key)
+            raise _invalid(f"{path}: {reason}; allowed {allowed}", key=path, value=value)
+        return instances.merged(data)
+
+    @field_validator("vllm_gpus")
+    @classmethod
+    def _gpus(cls, value: list[int | str] | None) -> list[int | str] | None:
+        if value is None:
+            return None
+        named = [gpu.lower() if isinstance(gpu, str) else gpu for gpu in value]
+        if not value or len(set(named)) < len(named) or not all(isinstance(gpu, int) or GPU_UUID.fullmatch(gpu) for gpu in value):
+            raise _invalid(ALLOWED["vllm_gpus"])
+        return value
 
     @field_validator("vllm_package")
     @classmethod
@@ -561,6 +595,11 @@ class HostProfile(BaseModel):
     @property
     def served_model_name(self) -> str:
         return self.vllm_served_model_name or self.vllm_model or ""
+
+    @property
+    def tensor_parallel_size(self) -> int:
+        """vllm_tensor_parallel_size, else one GPU for each of vllm_gpus, else 1."""
+        return self.vllm_tensor_parallel_size or len(self.vllm_gpus or ()) or 1
 
     @property
     def model_is_local_dir(self) -> bool:

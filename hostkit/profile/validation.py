@@ -5,37 +5,19 @@ from __future__ import annotations
 
 import difflib
 import os
+from dataclasses import replace
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
 
+from hostkit.profile import instance_checks, instances
 from hostkit.profile.host_profile import ALLOWED, HOSTKIT_PREFIXES, SIZE_KEYS, HostProfile, mask
+from hostkit.profile.issues import DataIssue, ProfileError
 from hostkit.sizes import format_size
 from hostkit.vllm import model_catalog
 from hostkit.vllm.flags import DOCUMENTED_REMOVALS, ENGINE_OPTIONS, RESERVED_OPTIONS, FlagError, flags_for
 from hostkit.vllm.runtime import INSTALLED_ENTRY_POINT
-
-@dataclass(frozen=True)
-class DataIssue:
-    host: str
-    key: str
-    value: Any
-    allowed: str  # what the key accepts; empty when a hint says it better
-    reason: str = ""  # why this value is refused, when "not allowed" is not obvious
-    hint: str = ""  # what to do instead
-
-    def __str__(self) -> str:
-        parts = [self.reason, f"allowed {self.allowed}" if self.allowed else "", self.hint]
-        return f"host {self.host}: {self.key} = {self.value!r} is invalid: " + "; ".join(p for p in parts if p)
-
-
-class ProfileError(Exception):
-    def __init__(self, issues: Sequence[DataIssue]):
-        self.issues = list(issues)
-        super().__init__("\n".join(str(issue) for issue in self.issues))
-
 
 def _unknown_key_issue(host: str, key: str, value: Any) -> DataIssue:
     close = difflib.get_close_matches(key, list(HostProfile.model_fields), n=1, cutoff=0.6)
@@ -46,16 +28,70 @@ def _unknown_key_issue(host: str, key: str, value: Any) -> DataIssue:
 def _field_issues(host: str, data: Mapping[str, Any], error: ValidationError) -> list[DataIssue]:
     issues: dict[str, DataIssue] = {}
     for detail in error.errors():
-        field = str(detail["loc"][0])
-        if field in issues:
+        loc = detail["loc"]
+        if loc[0] == instances.INSTANCES_KEY and len(loc) > 1:
+            where = _instance_place(data[instances.INSTANCES_KEY], loc[1], loc[2:])
+            if where is None:
+                continue  # the host's value, which the host's own issue reports
+            prefix, fields, field = where
+        else:
+            prefix, fields, field = "", data, str(loc[0])
+        if field is None:  # the instance's overrides are not a mapping
+            issues.setdefault(prefix, DataIssue(host, prefix, fields, f"a mapping of {instances.KEYS_ALLOWED}"))
+            continue
+        if prefix + field in issues:
             continue  # a union reports one error per member
         ctx = detail.get("ctx") or {}
-        raw = data.get(field)
+        raw = fields.get(field)
         if detail["type"] == "hostkit":
-            issues[field] = DataIssue(host, ctx.get("key", field), mask(field, ctx.get("value", raw)), ctx["allowed"])
+            key = ctx.get("key", field)
+            key = prefix + (instances.instance_key(key) if prefix and key == field else key)
+            issues[prefix + field] = DataIssue(host, key, mask(field, ctx.get("value", raw)), ctx["allowed"])
         else:
-            issues[field] = DataIssue(host, field, mask(field, raw), ALLOWED[field])
+            issues[prefix + field] = DataIssue(host, prefix + instances.instance_key(field) if prefix else field,
+                                               mask(field, raw), ALLOWED[field])
     return list(issues.values())
+
+
+def _instance_place(raw: Mapping[str, Any], name: Any, rest: tuple) -> tuple[str, Any, str | None] | None:
+    """(key prefix, the instance's overrides by profile field, the field) of an error inside
+    an instance; the field None when the overrides are no mapping; None when the field is
+    the host's, not overridden."""
+    overrides = raw.get(name)
+    if not isinstance(overrides, Mapping) or not rest:
+        return instances.raw_key_path(name), overrides, None
+    fields = {instances.profile_field(key): value for key, value in overrides.items()}
+    field = str(rest[0])
+    return (instances.raw_key_path(name) + ".", fields, field) if field in fields else None
+
+
+def _instance_data_issues(host: str, fields: dict[str, Any]) -> list[DataIssue]:
+    """Bad instance names and keys, and bare-number sizes in an instance, each an issue; they
+    are taken out of `fields`' vllm_instances, so that the rest is checked as usual."""
+    raw = fields.get(instances.INSTANCES_KEY)
+    if not isinstance(raw, Mapping):
+        return []
+    issues, bad = [], set()
+    for name, key, value, allowed, reason in instances.data_problems(raw, HostProfile.model_fields):
+        issues.append(DataIssue(host, instances.raw_key_path(name, key), mask(key, value), allowed, reason=reason))
+        bad.add((name, key))
+    cleaned = {}
+    for name, overrides in raw.items():
+        if (name, None) in bad:
+            continue
+        if isinstance(overrides, Mapping):
+            overrides = {key: value for key, value in overrides.items() if (name, key) not in bad}
+            for key in SIZE_KEYS:
+                if _bare_number(overrides.get(key)):
+                    issues.append(DataIssue(host, instances.raw_key_path(name, key), overrides.pop(key), ALLOWED[key],
+                                            reason="a bare number is ambiguous"))
+        cleaned[name] = overrides
+    fields[instances.INSTANCES_KEY] = cleaned
+    return issues
+
+
+def _bare_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value != 0
 
 
 def profile_from_data(host_name: str, data: Mapping[str, Any]) -> HostProfile:
@@ -72,15 +108,18 @@ def profile_from_data(host_name: str, data: Mapping[str, Any]) -> HostProfile:
             issues.append(_unknown_key_issue(host_name, key, value))
     for key in SIZE_KEYS:
         value = fields.get(key)
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and value != 0:
+        if _bare_number(value):
             issues.append(DataIssue(host_name, key, value, ALLOWED[key], reason="a bare number is ambiguous"))
             del fields[key]
+    issues.extend(_instance_data_issues(host_name, fields))
     try:
         profile = HostProfile(**fields)
     except ValidationError as error:
         issues.extend(_field_issues(host_name, fields, error))
         raise ProfileError(issues) from None
     issues.extend(cross_field_issues(host_name, profile))
+    issues.extend(_each_instance_issues(host_name, profile, fields.get(instances.INSTANCES_KEY) or {}, issues))
+    issues.extend(instance_checks.instance_issues(host_name, profile))
     if issues:
         raise ProfileError(issues)
     return profile
@@ -110,9 +149,35 @@ def cross_field_issues(host: str, profile: HostProfile) -> list[DataIssue]:
                 host, "vllm_memory_high", format_size(p.vllm_memory_high), f"at most vllm_memory_max ({format_size(p.vllm_memory_max)})"
             )
         )
-    if p.vllm_enabled:
+    if p.vllm_enabled and not p.vllm_instances:  # with instances the host's vllm_* keys are their defaults
         issues.extend(_vllm_issues(host, p))
     return issues
+
+
+def _each_instance_issues(host: str, profile: HostProfile, raw: Mapping[str, Any],
+                          host_issues: list[DataIssue]) -> list[DataIssue]:
+    """cross_field_issues of each instance. One on a key the instance sets names it there
+    (vllm_instances['a'].vllm_port); one on a key it takes from the host is the host key's,
+    said once with the instances it is in, unless the host's own check says it already."""
+    issues: list[DataIssue] = []
+    inherited: dict[tuple, tuple[DataIssue, list[str]]] = {}
+    said = {_said(issue) for issue in host_issues}
+    for name, instance in profile.vllm_instances.items():
+        overrides = {instances.profile_field(key) for key in raw.get(name, {})}
+        for issue in cross_field_issues(host, instance):
+            field, bracket, rest = issue.key.partition("[")
+            if field in overrides:
+                issues.append(replace(issue, key=instances.key_path(name, field) + bracket + rest))
+            elif _said(issue) not in said:
+                inherited.setdefault(_said(issue), (issue, []))[1].append(name)
+    for issue, names in inherited.values():
+        where = f"the host's value, taken by vllm_instances {', '.join(repr(n) for n in names)}"
+        issues.append(replace(issue, hint="; ".join(filter(None, (issue.hint, where)))))
+    return issues
+
+
+def _said(issue: DataIssue) -> tuple:
+    return issue.key, repr(issue.value), issue.allowed, issue.reason, issue.hint
 
 
 def _vllm_issues(host: str, p: HostProfile) -> list[DataIssue]:
