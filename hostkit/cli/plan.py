@@ -20,7 +20,9 @@ from hostkit.exit_codes import CONTRACT, EXIT_OK, exit_status
 from hostkit.plan.planner import PlanError, masked_env, plan_host
 from hostkit.plan.planning_facts import PlanningFacts
 from hostkit.paths import SYSCTL_FILE, THP_UNIT, VLLM_ENV_FILE, VLLM_UNIT
-from hostkit.plan.plans import HostPlan, VllmRuntimePlan, VllmSizing, left_to_host, nvme_lifecycle
+from hostkit.plan.plans import (
+    INSTANCE_FIELDS, HostPlan, VllmPlan, VllmRuntimePlan, VllmSizing, left_to_host, nvme_lifecycle,
+)
 from hostkit.fleet.inventory import load_inventory
 from hostkit.profile.host_profile import HostProfile
 from hostkit.profile.validation import ProfileError, validate_inventory
@@ -84,12 +86,17 @@ def plan_as_json(plan: HostPlan) -> dict[str, Any]:
     absent: dict[str, Any] = {}
     if plan.container is None:
         absent["container"] = True
-    if plan.vllm.memory_limit_unapplied is None:
-        absent["vllm"] = {"memory_limit_unapplied"}
+    if not plan.instances:
+        absent["instances"] = True
+    if plan.vllm is not None:
+        absent["vllm"] = set(INSTANCE_FIELDS) | ({"memory_limit_unapplied"} if plan.vllm.memory_limit_unapplied is None else set())
     data = plan.model_dump(mode="json", exclude=absent)
     if plan.container is not None:
         data["left_to_host"] = list(plan.left_to_host)
-    data["vllm"]["env"] = masked_env(service_environment(plan.vllm))
+    if plan.vllm is not None:
+        data["vllm"]["env"] = masked_env(service_environment(plan.vllm))
+    for name, instance in plan.instances.items():
+        data["instances"][name]["env"] = masked_env(service_environment(instance))
     return data
 
 
@@ -100,7 +107,9 @@ def plan_as_text(plan: HostPlan) -> str:
     else:
         lines.extend(_host_setting_lines(plan))
     vllm = plan.vllm
-    if not vllm.enabled:
+    if vllm is None:
+        lines.extend(line for instance in plan.instances.values() for line in instance_lines(instance))
+    elif not vllm.enabled:
         lines.append("vllm      disabled")
     else:
         limits = [
@@ -126,6 +135,30 @@ def plan_as_text(plan: HostPlan) -> str:
     return "\n".join(lines)
 
 
+def _limits(vllm: VllmPlan) -> str:
+    return "  ".join(f"{name}={'-' if value is None else format_size(value)}" for name, value in (
+        ("MemoryMax", vllm.memory_max_bytes), ("MemoryHigh", vllm.memory_high_bytes),
+        ("MemorySwapMax", vllm.memory_swap_max_bytes)))
+
+
+def instance_lines(vllm: VllmPlan) -> list[str]:
+    """One instance of vllm_instances: its GPUs, port, model, sizing and limits."""
+    gpus = ", ".join(f"{index} ({uuid})" for index, uuid in zip(vllm.gpu_indices, vllm.gpu_uuids))
+    lines = [f"instance  {vllm.instance}  port {vllm.port}  {vllm.served_model_name}",
+             f"          GPUs {gpus}"]
+    s = vllm.sizing
+    if s is not None:
+        lines.append(f"          TP {s.tensor_parallel_size}, gpu_memory_utilization {s.gpu_memory_utilization}: "
+                     f"KV cache {format_size(max(0, s.kv_budget_bytes))}/GPU, {s.kv_tokens} tokens, "
+                     f"{s.max_concurrent_at_max_model_len} x {s.max_model_len}")
+    else:
+        lines.append("          not sized (model or GPUs unknown: see the notes)")
+    lines.append(f"          {_limits(vllm)}")
+    lines.extend(f"          shares {shared}" for shared in vllm.shared_gpus)
+    lines.append(f"          command {shlex.join(vllm.argv)}")
+    return lines
+
+
 def _host_setting_lines(plan: HostPlan) -> list[str]:
     """NVMe, swap, sysctl and THP, as hostkit sets them on a VM or bare metal."""
     lines = []
@@ -147,6 +180,8 @@ def _host_setting_lines(plan: HostPlan) -> list[str]:
 
 def _with_unit_notes(plan: HostPlan) -> HostPlan:
     """The plan with what its unit goes without on the host's systemd, which rendering the unit tells."""
+    if plan.vllm is None:
+        return plan  # no vllm.service: the instances' units are not rendered by this version
     return plan.model_copy(update={"notes": [*plan.notes, *unit_notes(plan.vllm)]})
 
 
@@ -221,7 +256,7 @@ def plan(inventory: str, limit: tuple[str, ...], output_format: str, facts_file:
 
     # The deploy refuses these hosts at execute time: they fail the plan as a refused plan does.
     refusals = [f"host {name}: {warning}" for name, p in plans.items() for warning in p.warnings
-                if warning.startswith(DEPLOY_REFUSES)]
+                if DEPLOY_REFUSES in warning]  # an instance's warning names the instance first
     unreachable = [name for name in profiles if name not in facts]
     status = exit_status(bool(problems or refusals), bool(unreachable))
     if output_format == "json":

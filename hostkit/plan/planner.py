@@ -33,7 +33,9 @@ from __future__ import annotations
 import posixpath
 from dataclasses import dataclass, field
 
-from hostkit.plan import sysctl_values, vllm_memory
+from hostkit.plan import instances, sysctl_values, vllm_memory
+from hostkit.plan.host_ram import RamNeed, auto_limit, os_reserve, ram_need
+from hostkit.plan.instances import RamShare
 from hostkit.vllm import model_catalog
 from hostkit.vllm.model_catalog import ModelConfigError, ModelSpec
 from hostkit.plan.planning_facts import FilesystemFact, GpuMemoryFact, NvmeDeviceFact, PlanningFacts
@@ -68,9 +70,6 @@ SWAP_MIN = 1 * GIB
 LONG_CONTEXT_TOKENS = 8192
 CHUNKED_PREFILL_BATCH_TOKENS = 8192
 AUTO_MAX_NUM_SEQS_CAP = 256
-# Host RAM per vLLM instance, from the field notes: low and high ends of the observed range.
-RAM_PER_GPU_PROCESS = (2 * GIB, 4 * GIB)
-RAM_FRONTEND = (2 * GIB, 3 * GIB)
 # Weight bytes per parameter for quantization methods whose size is known.
 QUANT_BYTES_PER_PARAM = {
     "fp8": 1.0,
@@ -122,6 +121,13 @@ class _Findings:
     def refuse(self, key: str, reason: str, host_state: bool = False) -> None:
         self.issues.append(PlanIssue(self.host, key, reason, host_state))
 
+    def take(self, instance: str, theirs: "_Findings") -> None:
+        """An instance's findings, its keys and words named by the instance."""
+        self.issues.extend(PlanIssue(self.host, instances.key_path(instance, issue.key), issue.reason, issue.host_state)
+                           for issue in theirs.issues)
+        self.warnings.extend(instances.about(instance, warning) for warning in theirs.warnings)
+        self.notes.extend(instances.about(instance, note) for note in theirs.notes)
+
 
 def plan_host(profile: HostProfile, facts: PlanningFacts, host_name: str = "this host") -> HostPlan:
     """The plan for one host; PlanError lists everything that cannot work."""
@@ -145,7 +151,10 @@ def plan_host(profile: HostProfile, facts: PlanningFacts, host_name: str = "this
         problem = sysctl_values.value_problem(key, value, facts.kernel_release, facts.sysctl_live)
         if problem:
             found.refuse(f"sysctl[{key!r}]", problem)
-    vllm = _plan_vllm(profile, facts, nvme, swap, found)
+    if profile.vllm_instances:
+        vllm, planned = None, _plan_instances(profile, facts, nvme, swap, found)
+    else:
+        vllm, planned = _plan_vllm(profile, facts, nvme, swap, found), {}
     if facts.platform is not None:
         warnings, notes = platform_findings(profile, facts.platform, swap.enabled, kernel_settings=not container)
         found.warnings.extend(warnings)
@@ -155,7 +164,7 @@ def plan_host(profile: HostProfile, facts: PlanningFacts, host_name: str = "this
     return HostPlan(
         host=host_name, nvme=nvme, swap=swap, kernel=kernel, vllm=vllm, watchdog=watchdog_settings(profile),
         gpu=gpu_plan(profile), monitoring=monitoring_plan(profile), scope=snapshot_scope(profile),
-        warnings=found.warnings, notes=found.notes, container=container,
+        warnings=found.warnings, notes=found.notes, container=container, instances=planned,
     )
 
 
@@ -361,19 +370,56 @@ def _round_down(value: int, unit: int) -> int:
 # --- vLLM ------------------------------------------------------------------------------
 
 
-def _plan_vllm(
+def _plan_instances(
     p: HostProfile, facts: PlanningFacts, nvme: NvmePlan | None, swap: SwapPlan, found: _Findings
+) -> dict[str, VllmPlan]:
+    """Each of vllm_instances planned as its own server on its own GPUs, the host's RAM
+    shared between them (hostkit.plan.instances)."""
+    if not facts.gpus:
+        found.refuse("vllm_instances", "no GPUs seen on this host: the instances' GPUs cannot be placed")
+        return {}
+    placed: dict[str, list[GpuMemoryFact]] = {}
+    for name, instance in p.vllm_instances.items():
+        gpus, unknown = instances.resolve_gpus(instance.vllm_gpus, facts.gpus, instance.tensor_parallel_size)
+        if unknown:
+            found.refuse(instances.key_path(name, "vllm_gpus"), instances.unknown_gpus(name, unknown, facts.gpus))
+        placed[name] = gpus
+    shared, refusals = instances.shared_gpus(p.vllm_instances, placed)
+    for key, reason in refusals:
+        found.refuse(key, reason)
+    needs = {name: _ram_need(instance, flags_for(instance.vllm_version)) for name, instance in p.vllm_instances.items()}
+    shares, refusal = instances.ram_shares(p.vllm_instances, needs, facts.ram_total_bytes, swap)
+    if refusal:
+        found.refuse("vllm_memory_max", refusal)
+    plans = {}
+    for name, instance in p.vllm_instances.items():
+        own = _Findings(found.host)
+        plan = _plan_vllm(instance, facts, nvme, swap, own, placed[name] or None, shares.get(name))
+        found.take(name, own)
+        plans[name] = plan.model_copy(update={
+            "instance": name, "gpu_indices": [gpu.index for gpu in placed[name]],
+            "gpu_uuids": [gpu.uuid for gpu in placed[name]], "shared_gpus": shared.get(name, []),
+        })
+    found.notes.append(instances.NUMA_NOT_PLANNED)
+    return plans
+
+
+def _plan_vllm(
+    p: HostProfile, facts: PlanningFacts, nvme: NvmePlan | None, swap: SwapPlan, found: _Findings,
+    gpus: list[GpuMemoryFact] | None = None, share: RamShare | None = None,
 ) -> VllmPlan:
+    """The plan of one vLLM server: vllm.service's, or an instance's on `gpus` with `share`
+    of the host's RAM (None: the lowest GPUs, all the RAM the OS leaves)."""
     if not p.vllm_enabled:
         return VllmPlan(enabled=False, version=p.vllm_version, user=p.vllm_user, cgroup_version=facts.cgroup_version)
     release = flags_for(p.vllm_version)
     _note_flag_source(release, found)
-    memory_max, memory_high, memory_swap_max = _memory_limits(p, facts, swap, found)
-    tp = p.vllm_tensor_parallel_size or 1
+    memory_max, memory_high, memory_swap_max = _memory_limits(p, facts, swap, found, share)
+    tp = p.tensor_parallel_size
     spec = _model_spec(p, facts, found)
     batch = _batch_choice(p, release, spec)
-    sizing = _size_gpu(p, release, batch, facts, spec, tp, found)
-    _check_host_ram(p, release, tp, memory_max, facts, found)
+    sizing = _size_gpu(p, release, batch, facts, spec, tp, found, gpus)
+    _check_host_ram(_ram_need(p, release), memory_max, facts, found)
 
     cache_dir = _cache_dir(nvme, facts)
     return VllmPlan(
@@ -474,24 +520,16 @@ def _note_flag_source(release: FlagSet, found: _Findings) -> None:
         found.notes.append(f"vLLM {version}: options taken from {recorded}, the nearest recorded release at or below it")
 
 
-# "auto" memory limits move in these steps (see the module docstring).
-LIMIT_STEP = GIB
-SMALL_LIMIT_STEP = 128 * MIB
-SMALL_LIMIT = 8 * GIB
-
-
-def auto_limit(value: int) -> int:
-    """`value` rounded down to the step of an automatic memory limit."""
-    return _round_down(value, LIMIT_STEP if value >= SMALL_LIMIT else SMALL_LIMIT_STEP)
-
-
 def _memory_limits(
-    p: HostProfile, facts: PlanningFacts, swap: SwapPlan, found: _Findings
+    p: HostProfile, facts: PlanningFacts, swap: SwapPlan, found: _Findings, share: RamShare | None = None
 ) -> tuple[int | None, int | None, int | None]:
     ram = facts.ram_total_bytes
     memory_max = p.vllm_memory_max
-    if memory_max == "auto":
-        headroom = max(ram // 10, min(2 * GIB, ram // 2))
+    if memory_max == "auto" and share is not None:
+        memory_max = share.memory_max
+        found.notes.append(share.why)
+    elif memory_max == "auto":
+        headroom = os_reserve(ram)
         memory_max = auto_limit(ram - headroom)
         found.notes.append(
             f"MemoryMax {format_size(memory_max)}: RAM {format_size(ram)} minus {format_size(headroom)} for the OS and sshd"
@@ -526,7 +564,11 @@ def _memory_limits(
 
     memory_swap_max = p.vllm_memory_swap_max
     if memory_swap_max == "auto":
-        if swap.enabled:
+        if swap.enabled and share is not None:
+            memory_swap_max = auto_limit(int(swap.size_bytes // 2 * share.fraction))
+            found.notes.append(f"MemorySwapMax {format_size(memory_swap_max)}: its share ({share.fraction:.0%}) of half the "
+                               "swap file; the other half stays for the rest of the host")
+        elif swap.enabled:
             memory_swap_max = auto_limit(swap.size_bytes // 2)
             found.notes.append(
                 f"MemorySwapMax {format_size(memory_swap_max)}: half the swap file; the rest stays for the rest of the host"
@@ -578,10 +620,10 @@ def _kv_dtype_bytes(p: HostProfile, spec: ModelSpec) -> int | None:
 
 
 def _size_gpu(p: HostProfile, release: FlagSet, batch: _BatchChoice, facts: PlanningFacts, spec: ModelSpec | None,
-              tp: int, found: _Findings) -> VllmSizing | None:
-    """vLLM's GPU memory arithmetic on the GPUs it will use; None where it cannot be done or
-    cannot work (`found` says why)."""
-    used_gpus = _used_gpus(facts, spec, tp, found)
+              tp: int, found: _Findings, gpus: list[GpuMemoryFact] | None = None) -> VllmSizing | None:
+    """vLLM's GPU memory arithmetic on the GPUs it will use (`gpus`, an instance's; else the
+    lowest); None where it cannot be done or cannot work (`found` says why)."""
+    used_gpus = _used_gpus(facts, spec, tp, found, gpus)
     if used_gpus is None:
         return None
     utilization = p.vllm_gpu_memory_utilization or release.default("--gpu-memory-utilization")
@@ -598,9 +640,11 @@ def _size_gpu(p: HostProfile, release: FlagSet, batch: _BatchChoice, facts: Plan
     return _sizing(p, spec, settings, gpu_memory, estimate)
 
 
-def _used_gpus(facts: PlanningFacts, spec: ModelSpec | None, tp: int, found: _Findings) -> list[GpuMemoryFact] | None:
-    """The `tp` GPUs vLLM uses, the lowest indexes; None when the model does not split over
-    `tp` of them or the host has fewer (refused), or no GPU was seen (warned)."""
+def _used_gpus(facts: PlanningFacts, spec: ModelSpec | None, tp: int, found: _Findings,
+               gpus: list[GpuMemoryFact] | None = None) -> list[GpuMemoryFact] | None:
+    """The `tp` GPUs vLLM uses: `gpus` (an instance's, placed from its vllm_gpus), else the
+    lowest indexes; None when the model does not split over `tp` of them or the host has
+    fewer (refused), or no GPU was seen (warned)."""
     problem = spec.tp_problem(tp) if spec is not None else None
     if problem:
         found.refuse("vllm_tensor_parallel_size", f"{problem}; vLLM refuses to start")
@@ -611,7 +655,7 @@ def _used_gpus(facts: PlanningFacts, spec: ModelSpec | None, tp: int, found: _Fi
     if tp > len(facts.gpus):
         found.refuse("vllm_tensor_parallel_size", f"{tp} GPUs needed, the host has {len(facts.gpus)}")
         return None
-    return sorted(facts.gpus, key=lambda g: g.index)[:tp]
+    return gpus if gpus is not None else sorted(facts.gpus, key=lambda g: g.index)[:tp]
 
 
 def _check_free_at_start(used_gpus: list[GpuMemoryFact], utilization: float, found: _Findings) -> None:
@@ -753,28 +797,21 @@ def _gpu_holders(gpu: GpuMemoryFact) -> str:
     return f"Held outside the vLLM unit: {held or 'no process listed (driver or another container)'}{own}"
 
 
-def _check_host_ram(p: HostProfile, release: FlagSet, tp: int, memory_max: int | None, facts: PlanningFacts,
-                    found: _Findings) -> None:
-    low = RAM_PER_GPU_PROCESS[0] * tp + RAM_FRONTEND[0]
-    high = RAM_PER_GPU_PROCESS[1] * tp + RAM_FRONTEND[1]
-    parts = [f"{tp} GPU process(es) and the frontend"]
-    if not release.runs_v1_by_default:
-        # The V0 engine pins --swap-space GiB of host memory per GPU; V1 ignores it.
-        swap_space = p.vllm_swap_space if p.vllm_swap_space is not None else release.default("--swap-space")
-        pinned = int((swap_space or 0) * GIB) * tp
-        low, high = low + pinned, high + pinned
-        parts.append(f"--swap-space {swap_space} GiB x {tp} pinned")
-    if p.vllm_cpu_offload_gb:
-        offload = int(p.vllm_cpu_offload_gb * GIB) * tp
-        low, high = low + offload, high + offload
-        parts.append(f"--cpu-offload-gb {p.vllm_cpu_offload_gb} x {tp}")
-    estimate = f"vLLM needs about {format_size(low)}-{format_size(high)} of host RAM ({', '.join(parts)})"
-    if memory_max is not None and high > memory_max:
+def _ram_need(p: HostProfile, release: FlagSet) -> RamNeed:
+    if release.runs_v1_by_default:
+        return ram_need(p.tensor_parallel_size, p.vllm_cpu_offload_gb, v0_engine=False, swap_space=None)
+    swap_space = p.vllm_swap_space if p.vllm_swap_space is not None else release.default("--swap-space")
+    return ram_need(p.tensor_parallel_size, p.vllm_cpu_offload_gb, v0_engine=True, swap_space=swap_space)
+
+
+def _check_host_ram(need: RamNeed, memory_max: int | None, facts: PlanningFacts, found: _Findings) -> None:
+    estimate = need.describe()
+    if memory_max is not None and need.high > memory_max:
         found.warnings.append(
             f"{estimate}, more than MemoryMax {format_size(memory_max)}: the unit may be OOM-killed. "
             "Measure the unit's memory.peak under load and adjust"
         )
-    elif high > facts.ram_total_bytes:
+    elif need.high > facts.ram_total_bytes:
         found.warnings.append(f"{estimate}, more than the host's RAM {format_size(facts.ram_total_bytes)}")
     else:
         found.notes.append(estimate)
@@ -810,8 +847,10 @@ def _engine_settings(p: HostProfile, batch: _BatchChoice, sizing: VllmSizing | N
             why = ("prompts are prefilled in chunks of this size" if batch.in_chunks
                    else "without chunked prefill a whole prompt fits one batch")
             found.notes.append(f"max_num_batched_tokens {batched}: {why}")
+    # An instance's TP defaults to the number of its GPUs, which vLLM must be told.
+    tp = p.vllm_tensor_parallel_size or (p.tensor_parallel_size if p.tensor_parallel_size > 1 else None)
     resolved = {"vllm_max_num_seqs": seqs, "vllm_enable_chunked_prefill": batch.chunked,
-                "vllm_max_num_batched_tokens": batched}
+                "vllm_max_num_batched_tokens": batched, "vllm_tensor_parallel_size": tp}
     return {option: resolved.get(key, getattr(p, key)) for key, option in ENGINE_OPTIONS.items()}
 
 

@@ -59,6 +59,7 @@ class GpuProcessFact(_Facts):
 class GpuMemoryFact(_Facts):
     index: int
     name: str
+    uuid: str = ""  # as nvidia-smi prints it (GPU-...); "" in facts recorded before it was kept
     memory_total_mib: int
     memory_used_mib: int
     # Held by processes in the vLLM unit's cgroup: a serving vLLM's own memory, which its

@@ -15,6 +15,8 @@ from hostkit.vllm.runtime import InstallTarget
 # What a container's own host sets for it: a container shares its host's kernel (sysctl, THP,
 # swap) and sees only the disks its host gives it. The plan of a container leaves them out.
 HOST_SETTINGS = ("nvme", "swap", "sysctl", "thp")
+# The VllmPlan fields only an instance of vllm_instances sets: vllm.service's JSON leaves them out.
+INSTANCE_FIELDS = frozenset({"instance", "gpu_indices", "gpu_uuids", "shared_gpus"})
 
 
 def left_to_host(container: str) -> str:
@@ -146,6 +148,13 @@ class VllmPlan(_Plan):
     # In a container whose kernel will not apply MemoryMax= (hostkit.facts.platform says why):
     # the plan warns, and the readiness gate and verify do not hold the unapplied limit against it.
     memory_limit_unapplied: str | None = None
+    # One of vllm_instances (HostPlan.instances): its name, its GPUs by index and by UUID (what
+    # its unit will put in CUDA_VISIBLE_DEVICES, which survives renumbering), and the GPUs it
+    # shares with other instances, said in words. None and empty for vllm.service.
+    instance: str | None = None
+    gpu_indices: list[int] = Field(default_factory=list)
+    gpu_uuids: list[str] = Field(default_factory=list)
+    shared_gpus: list[str] = Field(default_factory=list)
 
 
 class WatchdogSettings(_Plan):
@@ -182,7 +191,9 @@ class HostPlan(_Plan):
     nvme: NvmePlan | None
     swap: SwapPlan
     kernel: KernelPlan
-    vllm: VllmPlan
+    # vllm.service; None when vllm_instances plans several servers (`instances`), which the
+    # single-unit paths (deploy, verify, rollout) refuse before they read a plan.
+    vllm: VllmPlan | None
     watchdog: WatchdogSettings = WatchdogSettings()
     gpu: GpuPlan = GpuPlan()
     monitoring: MonitoringPlan = MonitoringPlan()
@@ -196,6 +207,8 @@ class HostPlan(_Plan):
     # container's HOST_SETTINGS are its host's: no NVMe, swap off and no sysctl or THP in the
     # plan, and the deploy and verify leave them alone.
     container: str | None = None
+    # vllm_instances by name; empty without them, when `vllm` is the host's one server.
+    instances: dict[str, VllmPlan] = Field(default_factory=dict)
 
     @property
     def left_to_host(self) -> tuple[str, ...]:

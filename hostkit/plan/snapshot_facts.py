@@ -26,6 +26,7 @@ def gpu_fact(gpu: GpuDevice, facts: GpuFacts, unit_cgroup: str = VLLM_UNIT_CGROU
     return GpuMemoryFact(
         index=gpu.index,
         name=gpu.name,
+        uuid=gpu.uuid,
         memory_total_mib=gpu.memory_total_mib or 0,
         memory_used_mib=gpu.memory_used_mib or 0,
         memory_vllm_mib=0 if facts.processes_error else sum(p.used_mib or 0 for p in own),
