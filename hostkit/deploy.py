@@ -24,6 +24,7 @@ from hostkit.plan.planner import PlanError, plan_host
 from hostkit.paths import NVME_UNIT
 from hostkit.plan.plans import HostPlan
 from hostkit.profile.host_profile import HostProfile
+from hostkit.profile.instances import NOT_YET_DEPLOYED, hosts_with_instances
 from hostkit.profile.validation import ProfileError, validate_inventory
 
 _PROFILES_ATTR = "_hostkit_profiles"
@@ -37,6 +38,9 @@ def inventory_profiles() -> dict[str, HostProfile]:
             profiles = validate_inventory((inv_host.name, inv_host.data.dict()) for inv_host in state.inventory)
         except ProfileError as error:
             raise PyinfraError(f"invalid inventory data, nothing was changed on any host:\n{error}") from None
+        several = hosts_with_instances(profiles)
+        if several:
+            raise PyinfraError(f"{', '.join(several)}: {NOT_YET_DEPLOYED}; nothing was changed on any host")
         setattr(state, _PROFILES_ATTR, profiles)
     return profiles
 

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from hostkit.fleet.inventory import load_inventory
+from hostkit.profile.instances import NOT_YET_DEPLOYED, hosts_with_instances
 from hostkit.profile.validation import validate_inventory
 from hostkit.rollout.batches import (
     DEFAULT_MAX_UNAVAILABLE,
@@ -61,6 +62,9 @@ def rollout(
     )
     hosts = load_inventory(str(inventory))
     profiles = validate_inventory(hosts)
+    several = hosts_with_instances(profiles)
+    if several:
+        raise ValueError(f"{', '.join(several)}: {NOT_YET_DEPLOYED}")
     ordered = order_hosts(hosts, order_key)
     previous = read_report(resume) if resume else None
 

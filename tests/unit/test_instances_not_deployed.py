@@ -1,0 +1,35 @@
+"""A host with vllm_instances is planned (`hostkit plan`) but not deployed, verified or rolled
+out by this version: each refuses it, saying so, before any host is touched."""
+
+from types import SimpleNamespace
+
+import pytest
+from pyinfra.api.exceptions import PyinfraError
+
+from hostkit import deploy
+from hostkit.fleet.pyinfra_runner import write_inventory
+from hostkit.rollout import rollout
+from hostkit.verify.targets import InventoryError, targets_from_hosts
+
+SAYS = "gpu-8: several instances are planned but not yet deployed by this version: see `hostkit plan`"
+TWO = {"vllm_model": "Qwen/Qwen2.5-0.5B-Instruct", "gpu_required": False,
+       "vllm_instances": {"a": {"gpus": [0]}, "b": {"gpus": [1], "vllm_port": 8001}}}
+
+
+def test_the_deploy_refuses_it_before_any_host(monkeypatch):
+    hosts = [SimpleNamespace(name="gpu-1", data=SimpleNamespace(dict=lambda: {"vllm_model": "m/m"})),
+             SimpleNamespace(name="gpu-8", data=SimpleNamespace(dict=lambda: TWO))]
+    monkeypatch.setattr(deploy, "state", SimpleNamespace(inventory=hosts))
+    with pytest.raises(PyinfraError, match=SAYS.replace("`", ".") + "; nothing was changed on any host"):
+        deploy.inventory_profiles()
+
+
+def test_verify_refuses_it():
+    with pytest.raises(InventoryError, match=SAYS.replace("`", ".")):
+        targets_from_hosts([("gpu-8", TWO)])
+
+
+def test_rollout_refuses_it(tmp_path):
+    path = write_inventory(tmp_path / "inventory.py", [("gpu-8", TWO)])
+    with pytest.raises(ValueError, match=SAYS.replace("`", ".")):
+        rollout(str(path), "deploy.py", deployer=lambda names, dry: None, gate_check=lambda names: {})
