@@ -203,3 +203,23 @@ def test_auto_limits_share_what_the_others_leave():
 def test_an_instances_refusal_is_named_by_its_key_path():
     text = refusal({"a": {"gpus": [0], "vllm_max_model_len": 32768, "vllm_gpu_memory_utilization": 0.1}})
     assert text.startswith("host gpu-8: vllm_instances['a'].vllm_gpu_memory_utilization: one request of 32768 tokens")
+
+
+# --- the README's example --------------------------------------------------------------
+
+
+def test_the_readme_example_is_real_hostkit_plan_output(monkeypatch):
+    from click.testing import CliRunner
+
+    from hostkit.cli.plan import plan as plan_command
+
+    assert load_facts_file(str(FIXTURES / "instances" / "facts.json"))["gpu-h200-8"] == host_facts(8)
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    section = readme.split("### Several instances on one host", 1)[1].split("\n## ", 1)[0]
+    example = section.split("```python\n", 1)[1].split("```", 1)[0]
+    assert example in (FIXTURES / "instances" / "eight_gpus.py").read_text()
+    monkeypatch.chdir(FIXTURES / "instances")
+    result = CliRunner().invoke(plan_command, ["eight_gpus.py", "--facts", "facts.json"])
+    assert result.exit_code == 0, result.output
+    excerpt = section.split("(excerpt):\n\n```\n", 1)[1].split("```", 1)[0].splitlines()
+    assert excerpt and [line for line in excerpt if line not in result.stdout.splitlines()] == []
