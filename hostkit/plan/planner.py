@@ -26,6 +26,9 @@ Rules, so that `hostkit plan` output can be checked by hand:
   vllm_expected_tokens_per_request (default: max_model_len) fit, at most 256. Chunked
   prefill "auto" turns on above 8192 tokens of context, with max_num_batched_tokens
   "auto" = 8192 (the field-tested value).
+- vllm_instances: each instance planned by these rules on its own GPUs; with "auto", its
+  MemoryMax is its part of what the OS leaves, in proportion to its RAM need, and its
+  MemorySwapMax that part of half the swap file (hostkit.plan.instances).
 """
 
 from __future__ import annotations

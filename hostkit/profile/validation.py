@@ -6,7 +6,7 @@ from __future__ import annotations
 import difflib
 import os
 from dataclasses import replace
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from pydantic import ValidationError
