@@ -8,6 +8,9 @@ from __future__ import annotations
 
 VLLM_UNIT = "vllm.service"
 VLLM_UNIT_PATH = f"/etc/systemd/system/{VLLM_UNIT}"
+# With vllm_instances, one systemd template and a unit instance, env file and cgroup per name.
+VLLM_INSTANCE_TEMPLATE = "vllm@.service"
+VLLM_INSTANCE_TEMPLATE_PATH = f"/etc/systemd/system/{VLLM_INSTANCE_TEMPLATE}"
 THP_UNIT = "vllm-hostkit-thp.service"
 SWAP_FILE_NAME = "vllm-hostkit.swap"
 # The boot-time unit that finds nvme_device by its /dev/disk/by-id name, formats it when
@@ -32,3 +35,11 @@ DEPLOY_LOCK_DIR = "/run/vllm-hostkit"
 DEPLOY_LOCK_PATH = f"{DEPLOY_LOCK_DIR}/deploy.lock"
 # vLLM's caches (Hugging Face, torch.compile) where the host has no NVMe mount for them.
 DEFAULT_CACHE_DIR = "/var/cache/vllm"
+
+
+def vllm_instance_unit(instance: str) -> str:
+    return f"vllm@{instance}.service"
+
+
+def vllm_instance_env_file(instance: str) -> str:
+    return f"{CONFIG_DIR}/vllm@{instance}.env"
