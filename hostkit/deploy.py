@@ -3,6 +3,9 @@
 Importable by other pyinfra projects (`from hostkit.deploy import vllm_host`), as pyinfra's
 own deploy packages are. Bad inventory data and plans that cannot work are refused while
 pyinfra prepares, so no host is touched when any host's data is wrong.
+
+The host runs vllm.service, or each of vllm_instances as vllm@NAME.service; the host-level
+steps (GPU check, NVMe and swap, kernel tuning, monitoring) run once either way.
 """
 
 from __future__ import annotations
@@ -21,10 +24,9 @@ from hostkit.operations import (
     driver_hold, gpu, kernel, lock, monitoring, nvme_boot, swap, vllm_install, vllm_service, watchdog,
 )
 from hostkit.plan.planner import PlanError, plan_host
-from hostkit.paths import NVME_UNIT
-from hostkit.plan.plans import HostPlan
+from hostkit.paths import NVME_UNIT, vllm_instance_unit
+from hostkit.plan.plans import HostPlan, VllmPlan
 from hostkit.profile.host_profile import HostProfile
-from hostkit.profile.instances import NOT_YET_DEPLOYED, hosts_with_instances
 from hostkit.profile.validation import ProfileError, validate_inventory
 
 _PROFILES_ATTR = "_hostkit_profiles"
@@ -38,9 +40,6 @@ def inventory_profiles() -> dict[str, HostProfile]:
             profiles = validate_inventory((inv_host.name, inv_host.data.dict()) for inv_host in state.inventory)
         except ProfileError as error:
             raise PyinfraError(f"invalid inventory data, nothing was changed on any host:\n{error}") from None
-        several = hosts_with_instances(profiles)
-        if several:
-            raise PyinfraError(f"{', '.join(several)}: {NOT_YET_DEPLOYED}; nothing was changed on any host")
         setattr(state, _PROFILES_ATTR, profiles)
     return profiles
 
@@ -55,6 +54,9 @@ def plan_or_refusal() -> tuple[HostProfile, HostPlan | None, PlanError | None]:
         if error.host_state_only:
             return profile, None, error
         raise PyinfraError(f"cannot plan this host, nothing was changed on any host:\n{error}") from None
+    refusal = instances_refusal(plan)
+    if refusal:
+        raise PyinfraError(f"cannot deploy this host, nothing was changed on any host:\n{refusal}")
     for warning in plan.warnings:
         logger.warning(f"[{host.name}] {warning}")
     return profile, plan, None
@@ -68,6 +70,35 @@ def current_plan() -> HostPlan:
     return plan
 
 
+# What the host-level steps see of vLLM on a host with instances: no vllm.service, so the
+# watchdog is removed and the collector probes none (the plan warns: INSTANCES_NOT_WATCHED).
+NO_VLLM_SERVICE = VllmPlan(enabled=False)
+
+
+def instances_refusal(plan: HostPlan) -> str | None:
+    """Why the deploy cannot run the plan's instances yet, or None.
+
+    The snapshot reads one vLLM release, the host's vllm_command, and vllm_install's rollback
+    restores vllm.service alone: instances run that one release, which hostkit does not install.
+    """
+    servers = [server for server in plan.instances.values() if server.enabled]
+    if not servers:
+        return None
+    if any(server.runtime is not None and server.runtime.install for server in servers):
+        return "vllm_install with vllm_instances: not deployed by this version (its rollback restores vllm.service alone)"
+    releases = sorted({f"{server.argv[0]} ({server.version})" for server in servers})
+    if len(releases) > 1 or servers[0].argv[0] != plan.scope.vllm_command:
+        return (f"vllm_instances run one vLLM release per host in this version, the host's vllm_command "
+                f"{plan.scope.vllm_command}; they name {', '.join(releases)}")
+    return None
+
+
+def lock_stale_after_s(plan: HostPlan) -> int:
+    """The deploy lock outlasts every readiness gate, which run one after the other."""
+    servers = plan.instances.values() or [plan.vllm]
+    return deploy_lock_stale_after_s(sum(server.ready_timeout_s for server in servers))
+
+
 @deploy("vLLM host")
 def vllm_host() -> None:
     profile, plan, refused = plan_or_refusal()
@@ -77,7 +108,7 @@ def vllm_host() -> None:
     if plan is None:
         gpu.refuse_host(name="Check the GPUs are free for vLLM", reasons=[issue.reason for issue in refused.issues])
         return
-    lock.acquire_deploy_lock(name="Take the deploy lock", stale_after_s=deploy_lock_stale_after_s(plan.vllm.ready_timeout_s))
+    lock.acquire_deploy_lock(name="Take the deploy lock", stale_after_s=lock_stale_after_s(plan))
     # The GPU check comes first: nothing is (re)started on a host whose driver is broken.
     gpu.verify_gpu(name="Check the GPU driver", plan=plan.gpu, scope=plan.scope)
     driver_hold.hold_driver_packages(name="Hold the NVIDIA driver packages", plan=plan.gpu, scope=plan.scope)
@@ -94,8 +125,23 @@ def vllm_host() -> None:
                             scope=plan.scope, _timeout=nvme_boot.INSTALL_DEADLINE_S)
         kernel.sysctl_settings(name="Kernel memory sysctls", plan=plan.kernel, scope=plan.scope)
         kernel.transparent_hugepages(name="Transparent hugepages", plan=plan.kernel, scope=plan.scope)
+    vllm = plan.vllm or NO_VLLM_SERVICE
     # Before the vLLM unit: a host whose vLLM fails to start is the one to watch.
-    monitoring.monitoring(name="Memory monitoring", plan=plan.monitoring, vllm=plan.vllm, scope=plan.scope)
+    monitoring.monitoring(name="Memory monitoring", plan=plan.monitoring, vllm=vllm, scope=plan.scope)
+    vllm_servers(plan)
+    # After the gate: the watchdog judges a vLLM that has served. Also run when vLLM is
+    # disabled, to remove a watchdog installed before.
+    watchdog.vllm_watchdog(name="vLLM health watchdog", plan=watchdog_plan(plan.watchdog, vllm))
+    lock.release_deploy_lock(name="Release the deploy lock")
+
+
+def vllm_servers(plan: HostPlan) -> None:
+    """vllm.service, or the plan's instances, each with its readiness gate."""
+    if plan.instances:
+        vllm_instances(plan)
+        return
+    if leftover_instances(plan):
+        vllm_service.vllm_units_removed(name="Remove the vLLM instances not planned", planned=None, scope=plan.scope)
     if plan.vllm.enabled:
         # Before the unit: the release that runs must be the one the flags are rendered for.
         vllm_install.vllm_runtime(name="vLLM runtime", plan=plan.vllm, scope=plan.scope)
@@ -103,7 +149,25 @@ def vllm_host() -> None:
         # With vllm_install, an upgrade switched in by this run that does not serve goes back.
         vllm_service.vllm_ready(name="vLLM readiness gate", plan=plan.vllm, scope=plan.scope,
                                 on_not_ready=vllm_install.roll_back if plan.vllm.runtime.install else None)
-    # After the gate: the watchdog judges a vLLM that has served. Also run when vLLM is
-    # disabled, to remove a watchdog installed before.
-    watchdog.vllm_watchdog(name="vLLM health watchdog", plan=watchdog_plan(plan.watchdog, plan.vllm))
-    lock.release_deploy_lock(name="Release the deploy lock")
+
+
+def leftover_instances(plan: HostPlan) -> bool:
+    """Whether a host going back to vllm.service has instance files left: only then does the
+    removal step run, so that a host that never had instances deploys as before them."""
+    current = snapshot(host, plan.scope).vllm
+    return bool(current.instance_units or current.instance_env_files)
+
+
+def vllm_instances(plan: HostPlan) -> None:
+    """Each instance's unit and gate, one instance after the other: the next one (re)starts
+    only once the last serves, so a host never has more than one instance down for the deploy,
+    and instances sharing a GPU never load at once. Unplanned units go first, as their ports may
+    be the new units'."""
+    vllm_service.vllm_units_removed(name="Remove the vLLM units not planned", planned=list(plan.instances),
+                                    scope=plan.scope)
+    # One release for all (instances_refusal): its check once.
+    vllm_install.vllm_runtime(name="vLLM runtime", plan=next(iter(plan.instances.values())), scope=plan.scope)
+    for name, server in plan.instances.items():
+        unit = vllm_instance_unit(name)
+        vllm_service.vllm_service(name=f"vLLM unit {unit}", plan=server, scope=plan.scope)
+        vllm_service.vllm_ready(name=f"vLLM readiness gate of {unit}", plan=server, scope=plan.scope)

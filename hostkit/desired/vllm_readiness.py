@@ -6,7 +6,6 @@ polls the host with it, `hostkit verify` reports the memory limit.
 from __future__ import annotations
 
 from hostkit.facts.vllm_service import VllmServiceState
-from hostkit.paths import VLLM_UNIT
 from hostkit.plan.plans import VllmPlan
 from hostkit.vllm.readiness import Observation
 
@@ -36,9 +35,9 @@ def observe(plan: VllmPlan, current: VllmServiceState) -> Observation:
         problem = memory_limit_problem(plan, current)
         return Observation(ready=problem is None, status=status, give_up=problem)
     if current.active_state == "failed":
-        return Observation(False, status, give_up=f"{VLLM_UNIT} failed (result: {current.unit.get('Result', '?')})")
+        return Observation(False, status, give_up=f"{current.target.unit} failed (result: {current.unit.get('Result', '?')})")
     if current.active_state == "inactive":
-        return Observation(False, status, give_up=f"{VLLM_UNIT} is not running")
+        return Observation(False, status, give_up=f"{current.target.unit} is not running")
     return Observation(False, status)
 
 
@@ -60,7 +59,8 @@ class CrashWatch:
         if current.unit.get("SubState") == "auto-restart":
             if self.seen_running:
                 return Observation(False, observation.status,
-                                   give_up=f"{VLLM_UNIT} exited while loading and would only be restarted into the same failure")
+                                   give_up=f"{current.target.unit} exited while loading and would only be"
+                                           " restarted into the same failure")
         elif current.main_pid:
             self.seen_running = True
         return observation

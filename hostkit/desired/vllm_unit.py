@@ -4,21 +4,27 @@ The unit holds everything that is not secret (argv, environment, limits, sandbox
 `systemctl cat vllm` shows the whole service. The API key goes only to the environment
 file, root-only, which systemd reads before dropping privileges; it never reaches argv,
 so it stays out of `ps`.
+
+vllm_instances: each instance gets a unit file of its own, /etc/systemd/system/vllm@NAME.service,
+rendered from the same template, rather than one systemd template (vllm@.service with %i)
+for all. Each instance has its own MemoryMax= and the rest of its limits, its own ExecStart=
+flags and CUDA_VISIBLE_DEVICES: a template would need a drop-in per instance for each of
+them, and two files per instance to compare. A concrete file under the instance's name is
+what systemd loads for vllm@NAME.service, and restarting it restarts no sibling.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 
 from hostkit import templates
-from hostkit.facts.vllm_service import ModeAndOwnership
-from hostkit.paths import VLLM_ENV_FILE, VLLM_UNIT
+from hostkit.facts.vllm_service import MANAGED_MARKER, ModeAndOwnership, VllmServiceState, env_file_of, unit_of
 from hostkit.plan.plans import VllmPlan
 from hostkit.desired.directives import fit_unit
 
 # Rendered units are checked here, under their real name, before they replace the installed one.
 VERIFY_DIR = "/run/vllm-hostkit/verify"
-VERIFY_PATH = f"{VERIFY_DIR}/{VLLM_UNIT}"
 # systemd creates /var/lib/<StateDirectory> for the service user: its home directory.
 STATE_DIRECTORY = "vllm"
 HOME_DIR = f"/var/lib/{STATE_DIRECTORY}"
@@ -36,6 +42,14 @@ _HOME_PREFIXES = ("/home/", "/root/", "/run/user/")
 
 class UnitError(ValueError):
     """The plan cannot be written as a unit (bad input, found while preparing)."""
+
+
+def verify_path(instance: str | None = None) -> str:
+    """Where the rendered unit of vllm.service (None) or an instance is checked."""
+    return f"{VERIFY_DIR}/{unit_of(instance)}"
+
+
+VERIFY_PATH = verify_path()
 
 
 def _quoted(text: str) -> str:
@@ -71,7 +85,8 @@ def env_file_value(value: str) -> str:
 
 
 def service_environment(plan: VllmPlan) -> dict[str, str]:
-    """Caches on plan.cache_dir (the NVMe mount when there is one); plan.env wins."""
+    """Caches on plan.cache_dir (the NVMe mount when there is one); plan.env wins, but not
+    over an instance's GPUs, which its plan is sized on."""
     cache_dir = plan.cache_dir.rstrip("/") or "/"
     environment = {
         "HF_HOME": f"{cache_dir}/huggingface",
@@ -79,7 +94,29 @@ def service_environment(plan: VllmPlan) -> dict[str, str]:
         "XDG_CACHE_HOME": cache_dir,
     }
     environment.update(plan.env)
+    if plan.gpu_indices:
+        environment["CUDA_VISIBLE_DEVICES"] = cuda_visible_devices(plan)
     return dict(sorted(environment.items()))
+
+
+def cuda_visible_devices(plan: VllmPlan) -> str:
+    """An instance's GPUs by UUID, which survives renumbering; by index where the facts
+    hold no UUID (unknown_uuids says so)."""
+    return ",".join(uuid or str(index) for index, uuid in _gpus(plan))
+
+
+def unknown_uuids(plan: VllmPlan) -> str | None:
+    """Why an instance's CUDA_VISIBLE_DEVICES names a GPU by index, or None."""
+    unnamed = [str(index) for index, uuid in _gpus(plan) if not uuid]
+    if not unnamed:
+        return None
+    return (f"{unit_of(plan.instance)}: GPU {', '.join(unnamed)} has no UUID in the facts: CUDA_VISIBLE_DEVICES"
+            " names it by index, which a renumbering of the GPUs (one lost or added) moves")
+
+
+def _gpus(plan: VllmPlan) -> list[tuple[int, str]]:
+    uuids = plan.gpu_uuids or [""] * len(plan.gpu_indices)
+    return list(zip(plan.gpu_indices, uuids))
 
 
 def memory_directives(plan: VllmPlan) -> list[tuple[str, int]]:
@@ -102,7 +139,8 @@ def protect_home(plan: VllmPlan) -> str:
 
 
 def render_unit(plan: VllmPlan) -> str:
-    """The text of /etc/systemd/system/vllm.service for `plan`. UnitError on bad input."""
+    """The text of /etc/systemd/system/vllm.service, or of an instance's vllm@NAME.service,
+    for `plan`. UnitError on bad input."""
     return fit_unit(_render_newest(plan), plan.systemd_version)[0]
 
 
@@ -133,7 +171,7 @@ def _render_newest(plan: VllmPlan) -> str:
         memory=memory_directives(plan),
         cache_dir=config_word(plan.cache_dir),
         protect_home=protect_home(plan),
-        env_file=VLLM_ENV_FILE,
+        env_file=env_file_of(plan.instance),
         home_dir=HOME_DIR,
         state_directory=STATE_DIRECTORY,
     )
@@ -147,4 +185,21 @@ def render_env(plan: VllmPlan) -> str:
         secrets["VLLM_API_KEY"] = env_file_value(plan.api_key.get_secret_value())
     if plan.hf_token is not None:
         secrets["HF_TOKEN"] = env_file_value(plan.hf_token.get_secret_value())
-    return templates().get_template("vllm.env.j2").render(secrets=secrets)
+    return templates().get_template("vllm.env.j2").render(secrets=secrets, unit=unit_of(plan.instance))
+
+
+def unplanned_units(planned: Collection[str] | None, current: VllmServiceState) -> list[str | None]:
+    """hostkit's vLLM units on the host that the plan does not run, by instance name (None:
+    vllm.service): `planned` the plan's instance names, None when vllm.service is the host's
+    server; `current` the snapshot's vllm section, which looks at vllm.service.
+
+    Instances leave the host with vllm.service (its port may be one of theirs), and vllm.service
+    with every instance; an instance left out of vllm_instances leaves alone. A vllm.service
+    not written by hostkit is left alone: the parse check and the gate report its clash.
+    """
+    on_host = sorted(set(current.instance_units) | set(current.instance_env_files))
+    unplanned: list[str | None] = [name for name in on_host if planned is None or name not in planned]
+    classic_ours = current.unit_text is None or current.unit_text.startswith(MANAGED_MARKER)
+    if planned is not None and classic_ours and (current.unit_sha256 or current.env_sha256):
+        unplanned.insert(0, None)
+    return unplanned

@@ -1,5 +1,9 @@
 """The vLLM service as installed and running: user, files (by hash), unit state, cgroup memory, readiness.
 
+The service is vllm.service, or one of vllm_instances (vllm@NAME.service, its own
+environment file). Either way the fact also lists the instance units hostkit wrote and the
+instance environment files, by name: the deploy removes those no longer planned.
+
 The environment file holds the API key: this fact reports its sha256, mode and owner,
 never its content. The readiness probe reads the key on the host (hostkit.vllm.readiness).
 """
@@ -17,7 +21,9 @@ from hostkit.facts.deadline import TIMED_OUT, timed_out_lines
 from hostkit.facts.parts import to_int
 from hostkit.facts.scope import SnapshotScope
 from hostkit.facts.systemctl_show import SHOW_FUNCTIONS, parse_show
-from hostkit.paths import CONFIG_DIR, VLLM_ENV_FILE, VLLM_UNIT, VLLM_UNIT_PATH
+from hostkit.paths import (
+    CONFIG_DIR, VLLM_ENV_FILE, VLLM_UNIT, VLLM_UNIT_PATH, vllm_instance_env_file, vllm_instance_unit,
+)
 from hostkit.remote import host_file
 from hostkit.vllm.readiness import Probe, probe_command
 
@@ -27,6 +33,23 @@ _UNIT_PROPERTIES = (
     "LoadState", "ActiveState", "SubState", "Result", "MainPID", "NRestarts", "UnitFileState",
     "ActiveEnterTimestampMonotonic", "NeedDaemonReload", "ControlGroup", "DropInPaths",
 )
+UNIT_DIR = VLLM_UNIT_PATH.rsplit("/", 1)[0]
+# The first line of every unit hostkit renders (templates/vllm.service.j2): a vllm@NAME.service
+# without it is someone else's, which the deploy leaves alone.
+MANAGED_MARKER = "# Managed by vllm-hostkit"
+
+
+def unit_of(instance: str | None) -> str:
+    """The unit of one of vllm_instances, or vllm.service (None)."""
+    return VLLM_UNIT if instance is None else vllm_instance_unit(instance)
+
+
+def unit_path_of(instance: str | None) -> str:
+    return f"{UNIT_DIR}/{unit_of(instance)}"
+
+
+def env_file_of(instance: str | None) -> str:
+    return VLLM_ENV_FILE if instance is None else vllm_instance_env_file(instance)
 
 
 @dataclass(frozen=True)
@@ -37,10 +60,28 @@ class ServiceTarget:
     command: str
     host: str
     port: int
+    instance: str | None = None  # one of vllm_instances; None: vllm.service
 
     @classmethod
     def of_scope(cls, scope: SnapshotScope) -> ServiceTarget:
         return cls(scope.vllm_user, scope.vllm_command, scope.vllm_host, scope.vllm_port)
+
+    @property
+    def unit(self) -> str:
+        return unit_of(self.instance)
+
+    @property
+    def unit_path(self) -> str:
+        return unit_path_of(self.instance)
+
+    @property
+    def env_file(self) -> str:
+        return env_file_of(self.instance)
+
+    def as_json(self) -> str:
+        # vllm.service's target as before instances: four values.
+        words = [self.user, self.command, self.host, self.port]
+        return json.dumps(words if self.instance is None else [*words, self.instance])
 
 
 @dataclass(frozen=True)
@@ -74,6 +115,10 @@ class VllmServiceState:
     # it back), and when the running main process started. None: unknown.
     command_changed_at: int | None = None
     main_started_at: int | None = None
+    # Instance names of the vllm@NAME.service files hostkit wrote, and of the vllm@NAME.env
+    # files, on the host (whichever service the fact looked at).
+    instance_units: tuple[str, ...] = ()
+    instance_env_files: tuple[str, ...] = ()
 
     @property
     def release_replaced(self) -> bool:
@@ -127,27 +172,33 @@ class VllmServiceFact(FactBase):
     def command(self, scope: SnapshotScope | None = None, target: ServiceTarget | None = None) -> str:
         target = target or ServiceTarget.of_scope(scope)
         settings = {
-            "hk_target": json.dumps([target.user, target.command, target.host, target.port]),
+            "hk_target": target.as_json(),
             "hk_user": target.user,
             "hk_command": target.command,
-            "hk_unit": VLLM_UNIT,
-            "hk_unit_path": VLLM_UNIT_PATH,
-            "hk_env_file": VLLM_ENV_FILE,
+            "hk_unit": target.unit,
+            "hk_unit_path": target.unit_path,
+            "hk_env_file": target.env_file,
             "hk_env_dir": CONFIG_DIR,
+            "hk_instance_units": f"{UNIT_DIR}/{vllm_instance_unit('*')}",
+            "hk_instance_env_files": vllm_instance_env_file("*"),
+            "hk_managed": MANAGED_MARKER,
             "hk_properties": " ".join(_UNIT_PROPERTIES),
             "hk_timed_out": TIMED_OUT,
         }
         lines = [f"{name}={shlex.quote(value)}" for name, value in settings.items()]
-        ready_probe = f"hk_ready_probe() {{ {probe_command(target.host, target.port)}; }}"
+        ready_probe = f"hk_ready_probe() {{ {probe_command(target.host, target.port, target.env_file)}; }}"
         return "\n".join((*lines, SHOW_FUNCTIONS, ready_probe, host_file("vllm_service.sh")))
 
     def process(self, output: list[str]) -> VllmServiceState:
         values: dict[str, str] = {}
         unit_lines: list[str] = []
         cgroup: dict[str, str] = {}
+        listed: dict[str, list[str]] = {"instance_unit": [], "instance_env": []}
         for line in output:
             key, _, value = line.partition("=")
-            if key.startswith("unit."):
+            if key in listed:
+                listed[key].append(value.strip())
+            elif key.startswith("unit."):
                 unit_lines.append(line[len("unit."):])
             elif key.startswith("cgroup."):
                 cgroup[key[len("cgroup."):]] = value.strip()
@@ -173,7 +224,16 @@ class VllmServiceFact(FactBase):
             command_changed_at=to_int(values.get("command_ctime") or None),
             main_started_at=to_int(values.get("main_start", "").lstrip("@") or None),
             timeouts=timed_out_lines(output),
+            instance_units=_instance_names(listed["instance_unit"], f"{UNIT_DIR}/{vllm_instance_unit('*')}"),
+            instance_env_files=_instance_names(listed["instance_env"], vllm_instance_env_file("*")),
         )
+
+
+def _instance_names(paths: list[str], pattern: str) -> tuple[str, ...]:
+    """The NAME of each path that `pattern` (a path with one `*`) matches, sorted."""
+    before, after = pattern.split("*")
+    return tuple(sorted(path[len(before):len(path) - len(after)] for path in paths
+                        if path.startswith(before) and path.endswith(after) and len(path) > len(pattern) - 1))
 
 
 def _decoded(text: str | None) -> str | None:

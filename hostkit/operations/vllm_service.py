@@ -1,5 +1,8 @@
 """vLLM as a systemd service: user, environment file, unit, checks, (re)start; then a readiness gate.
 
+`vllm_service` runs vllm.service, or one of vllm_instances as vllm@NAME.service with its own
+environment file; `vllm_units_removed` removes those the plan no longer runs.
+
 `vllm_service` changes only what differs from the plan. A new unit is rendered to
 VERIFY_PATH and must pass `systemd-analyze verify`, and its argv must pass the host's own
 vLLM argument parser (hostkit/remote/vllm_parse_check.py), before it replaces the installed
@@ -51,9 +54,12 @@ from hostkit.facts.vllm_service import (
     ServiceTarget,
     VllmServiceFact,
     VllmServiceState,
+    env_file_of,
+    unit_of,
+    unit_path_of,
 )
 from hostkit.operations.callbacks import current_connector_arguments
-from hostkit.paths import CONFIG_DIR, VLLM_ENV_FILE, VLLM_UNIT, VLLM_UNIT_PATH
+from hostkit.paths import CONFIG_DIR, VLLM_UNIT
 from hostkit.plan.plans import VllmPlan
 from hostkit.vllm.readiness import Observation, wait_until_ready
 from hostkit.desired.changes import service_changes
@@ -65,6 +71,9 @@ from hostkit.desired.vllm_unit import (
     UnitError,
     render_env,
     render_unit,
+    unknown_uuids,
+    unplanned_units,
+    verify_path,
 )
 
 JOURNAL_LINES = 30
@@ -82,15 +91,16 @@ _TIMED_OUT = (124, 137)
 # -- remote commands ------------------------------------------------------------------------
 
 
-def useradd_command(user: str) -> str:
-    return (
+def useradd_command(user: str, if_missing: bool = False) -> str:
+    guard = f"id -u {shlex.quote(user)} >/dev/null 2>&1 || " if if_missing else ""
+    return guard + (
         f"useradd --system --user-group --home-dir {HOME_DIR} --no-create-home"
         f" --shell /usr/sbin/nologin {shlex.quote(user)}"
     )
 
 
-def verify_command() -> str:
-    return f"systemd-analyze verify {VERIFY_PATH} 2>&1"
+def verify_command(instance: str | None = None) -> str:
+    return f"systemd-analyze verify {verify_path(instance)} 2>&1"
 
 
 # systemd 252 warns about MemoryLimit=, the cgroup v1 directive this unit uses on purpose
@@ -142,11 +152,12 @@ def _log_lines(op_host: Host, lines: list[str]) -> None:
         op_host.log_styled(f"  {line}", fg="red", log_func=logger.error)
 
 
-def check_unit_file(state: State, host: Host, connector_arguments: dict[str, Any]) -> bool:
-    ok, output = host.run_shell_command(StringCommand(verify_command()), **connector_arguments)
-    problems = verify_problems(ok, output.stdout_lines + output.stderr_lines)
+def check_unit_file(state: State, host: Host, plan: VllmPlan, connector_arguments: dict[str, Any]) -> bool:
+    unit = service_target(plan).unit
+    ok, output = host.run_shell_command(StringCommand(verify_command(plan.instance)), **connector_arguments)
+    problems = verify_problems(ok, output.stdout_lines + output.stderr_lines, verify_path(plan.instance), unit)
     if problems:
-        host.log_styled(f"{VLLM_UNIT}: systemd-analyze verify refused the new unit; the old one stays", fg="red",
+        host.log_styled(f"{unit}: systemd-analyze verify refused the new unit; the old one stays", fg="red",
                         log_func=logger.error)
         _log_lines(host, problems)
         return False
@@ -154,13 +165,14 @@ def check_unit_file(state: State, host: Host, connector_arguments: dict[str, Any
 
 
 def check_flags(state: State, host: Host, plan: VllmPlan, connector_arguments: dict[str, Any]) -> bool:
+    unit = service_target(plan).unit
     command = StringCommand(parse_check_command(plan))
     # The remote timeout ends the check; this one only guards against a connection that hangs.
     waited_s = plan.parse_check_timeout_s + _PARSE_CHECK_KILL_AFTER_S + 30
     try:
         ok, output = host.run_shell_command(command, **{**connector_arguments, "_timeout": waited_s})
     except TimeoutError:
-        host.log_styled(f"{VLLM_UNIT}: the parse check of {plan.argv[0]} gave no answer within {waited_s}s;"
+        host.log_styled(f"{unit}: the parse check of {plan.argv[0]} gave no answer within {waited_s}s;"
                         " the old unit stays", fg="red", log_func=logger.error)
         return False
     if ok:
@@ -168,7 +180,7 @@ def check_flags(state: State, host: Host, plan: VllmPlan, connector_arguments: d
     exit_status = _exit_status(output.stderr_lines)
     if exit_status in _TIMED_OUT:
         host.log_styled(
-            f"{VLLM_UNIT}: the parse check of {plan.argv[0]} did not end within {plan.parse_check_timeout_s}s"
+            f"{unit}: the parse check of {plan.argv[0]} did not end within {plan.parse_check_timeout_s}s"
             " (vllm_parse_check_timeout): importing vLLM took longer than that on this host, or its CLI never"
             " reached argparse's dispatch (a wrapper that serves or waits at once?), so the new command line"
             " cannot be checked; the old unit stays. vllm_command must be vLLM's own console script.",
@@ -176,11 +188,11 @@ def check_flags(state: State, host: Host, plan: VllmPlan, connector_arguments: d
         _log_lines(host, output.stderr_lines[-20:])
         return False
     if exit_status == _CANNOT_CHECK:
-        host.log_styled(f"{VLLM_UNIT}: flags not checked on the host: {output.stderr.strip()}", fg="yellow",
+        host.log_styled(f"{unit}: flags not checked on the host: {output.stderr.strip()}", fg="yellow",
                         log_func=logger.warning)
         return True
     reason = _PARSE_CHECK_EXIT.get(exit_status, f"the host's vLLM (exit status {exit_status}) refused")
-    host.log_styled(f"{VLLM_UNIT}: {reason} the new command line (the inventory says vLLM {plan.version});"
+    host.log_styled(f"{unit}: {reason} the new command line (the inventory says vLLM {plan.version});"
                     " the old unit stays", fg="red", log_func=logger.error)
     _log_lines(host, output.stderr_lines[-20:])
     return False
@@ -194,17 +206,18 @@ def _exit_status(stderr_lines: list[str]) -> int | None:
     return None
 
 
-def show_journal(op_host: Host, connector_arguments: dict[str, Any]) -> None:
-    command = StringCommand(f"journalctl -u {VLLM_UNIT} -n {JOURNAL_LINES} --no-pager")
+def show_journal(op_host: Host, connector_arguments: dict[str, Any], unit: str = VLLM_UNIT) -> None:
+    command = StringCommand(f"journalctl -u {unit} -n {JOURNAL_LINES} --no-pager")
     _, output = op_host.run_shell_command(command, **connector_arguments)
-    op_host.log_styled(f"last {JOURNAL_LINES} journal lines of {VLLM_UNIT}:", fg="red", log_func=logger.error)
+    op_host.log_styled(f"last {JOURNAL_LINES} journal lines of {unit}:", fg="red", log_func=logger.error)
     _log_lines(op_host, output.stdout_lines + output.stderr_lines)
 
 
 def wait_for_vllm(state: State, host: Host, plan: VllmPlan, connector_arguments: dict[str, Any],
                   on_not_ready: Callable[[State, Host, VllmPlan, dict[str, Any]], None] | None = None) -> bool:
     fact = VllmServiceFact()
-    command = StringCommand(fact.command(target=service_target(plan)))
+    target = service_target(plan)
+    command = StringCommand(fact.command(target=target))
     watch = CrashWatch()
 
     def look() -> Observation:
@@ -212,12 +225,14 @@ def wait_for_vllm(state: State, host: Host, plan: VllmPlan, connector_arguments:
         return watch.observe(plan, fact.process(output.stdout_lines))
 
     result = wait_until_ready(look, plan.ready_timeout_s, lambda line: host.log(line))
+    # vllm.service's words as before instances: "vLLM".
+    named = "vLLM" if plan.instance is None else target.unit
     if result.ready:
-        host.log_styled(f"vLLM ready after {result.waited_s:.0f}s: {result.last.status}", fg="green")
+        host.log_styled(f"{named} ready after {result.waited_s:.0f}s: {result.last.status}", fg="green")
         return True
     why = result.last.give_up or f"not ready after {plan.ready_timeout_s}s"
-    host.log_styled(f"vLLM: {why} ({result.last.status})", fg="red", log_func=logger.error)
-    show_journal(host, connector_arguments)
+    host.log_styled(f"{named}: {why} ({result.last.status})", fg="red", log_func=logger.error)
+    show_journal(host, connector_arguments, target.unit)
     if on_not_ready is not None:
         on_not_ready(state, host, plan, connector_arguments)
     return False
@@ -228,7 +243,7 @@ def wait_for_vllm(state: State, host: Host, plan: VllmPlan, connector_arguments:
 
 def service_target(plan: VllmPlan) -> ServiceTarget:
     """What the service fact identifies the planned service by."""
-    return ServiceTarget(plan.user, plan.argv[0], plan.host, plan.port)
+    return ServiceTarget(plan.user, plan.argv[0], plan.host, plan.port, plan.instance)
 
 
 def _rendered(plan: VllmPlan) -> tuple[str, str]:
@@ -250,9 +265,10 @@ def _current(plan: VllmPlan, scope: SnapshotScope) -> VllmServiceState:
 @operation()
 def vllm_service(plan: VllmPlan, scope: SnapshotScope):
     """
-    Install and run vLLM as vllm.service, changing only what differs from the plan.
+    Install and run vLLM as vllm.service, or as an instance's vllm@NAME.service, changing only
+    what differs from the plan.
 
-    + plan: the host's VllmPlan (nothing happens when plan.enabled is false)
+    + plan: the host's VllmPlan, or an instance's (nothing happens when plan.enabled is false)
     + scope: the host plan's snapshot scope
     """
     if not plan.enabled:
@@ -262,19 +278,24 @@ def vllm_service(plan: VllmPlan, scope: SnapshotScope):
     changes = service_changes(current, unit_text, env_text)
     if not changes:
         return
+    target = current.target
+    unit = target.unit
     for path in current.drop_in_paths:
-        host.log_styled(f"{VLLM_UNIT}: drop-in {path} also changes the unit", fg="yellow", log_func=logger.warning)
+        host.log_styled(f"{unit}: drop-in {path} also changes the unit", fg="yellow", log_func=logger.warning)
+    if changes.install_unit and (why := unknown_uuids(plan)):
+        host.log_styled(why, fg="yellow", log_func=logger.warning)
     mark_changed(host, "vllm")
     if changes.restart and current.is_active:
-        host.log_styled(f"{VLLM_UNIT}: restarts for {', '.join(changes.restart_reasons)}", fg="yellow")
+        host.log_styled(f"{unit}: restarts for {', '.join(changes.restart_reasons)}", fg="yellow")
     elif changes.live_limits:
-        host.log_styled(f"{VLLM_UNIT}: {' '.join(changes.live_limits)} applied to the running unit, no restart",
+        host.log_styled(f"{unit}: {' '.join(changes.live_limits)} applied to the running unit, no restart",
                         fg="cyan")
     connector_arguments = current_connector_arguments(host)
 
     # Each remote command is a round trip: the steps on either side of the checks run as one
     # script each (set -e: the first failing step fails the operation).
-    preparing = [useradd_command(plan.user)] if changes.create_user else []
+    # Every instance's operation sees a missing user at prepare; the first one creates it.
+    preparing = [useradd_command(plan.user, plan.instance is not None)] if changes.create_user else []
     if changes.fix_env_dir:
         preparing.append(f"install -d -m 0700 -o root -g root {CONFIG_DIR}")
     if changes.install_unit:
@@ -283,35 +304,69 @@ def vllm_service(plan: VllmPlan, scope: SnapshotScope):
         yield _script(preparing)
     if changes.install_unit:
         # Checks first: a refused unit leaves the installed one untouched and running.
-        yield FileUploadCommand(StringIO(unit_text), VERIFY_PATH)
-        yield FunctionCommand(check_unit_file, (connector_arguments,), {})
+        yield FileUploadCommand(StringIO(unit_text), verify_path(plan.instance))
+        yield FunctionCommand(check_unit_file, (plan, connector_arguments), {})
         yield FunctionCommand(check_flags, (plan, connector_arguments), {})
     installing = []
+    env_file = target.env_file
     if changes.write_env:
         # The directory is root-only, so the file is private from the moment it exists.
-        staged = f"{CONFIG_DIR}/.vllm.env.new"
+        staged = _staged(env_file)
         yield FileUploadCommand(StringIO(env_text), staged)
-        installing.append(f"chown root:root {staged} && chmod 0600 {staged} && mv -f {staged} {VLLM_ENV_FILE}")
+        installing.append(f"chown root:root {staged} && chmod 0600 {staged} && mv -f {staged} {env_file}")
     if changes.fix_env_file:
-        installing.append(f"chown root:root {VLLM_ENV_FILE} && chmod 0600 {VLLM_ENV_FILE}")
+        installing.append(f"chown root:root {env_file} && chmod 0600 {env_file}")
     if changes.install_unit:
-        staged = f"{VLLM_UNIT_PATH.rsplit('/', 1)[0]}/.{VLLM_UNIT}.new"
-        installing.append(f"install -m 0644 -o root -g root {VERIFY_PATH} {staged} && mv -f {staged} {VLLM_UNIT_PATH}")
+        staged = _staged(target.unit_path)
+        installing.append(f"install -m 0644 -o root -g root {verify_path(plan.instance)} {staged}"
+                          f" && mv -f {staged} {target.unit_path}")
     if changes.daemon_reload:
         installing.append("systemctl daemon-reload")
     if changes.live_limits and not changes.restart:
-        installing.append(f"(\nhk_unit={VLLM_UNIT}\n{host_file('vllm_live_limits.sh')})")
+        installing.append(f"(\nhk_unit={unit}\n{host_file('vllm_live_limits.sh')})")
     if changes.enable:
-        installing.append(f"systemctl enable {VLLM_UNIT}")
+        installing.append(f"systemctl enable {unit}")
     if changes.restart:
         # reset-failed first: systemd counts the deploy's restarts with the crashes, and a failed
         # unit, a crash loop or a fifth deploy restart within StartLimitIntervalSec would be
         # refused "start of the service was attempted too often" (seen in the lab). The deploy
         # is the operator asking.
-        installing.append(f"systemctl reset-failed {VLLM_UNIT}")
-        installing.append(f"systemctl restart {VLLM_UNIT}")
+        installing.append(f"systemctl reset-failed {unit}")
+        installing.append(f"systemctl restart {unit}")
     if installing:
         yield _script(installing)
+
+
+def _staged(path: str) -> str:
+    """Where a file is written before it replaces `path` (one mv: never half there)."""
+    directory, name = path.rsplit("/", 1)
+    return f"{directory}/.{name}.new"
+
+
+@operation()
+def vllm_units_removed(planned: list[str] | None, scope: SnapshotScope):
+    """
+    Stop, disable and remove the vLLM units the plan does not run, each with its environment
+    file (hostkit.desired.vllm_unit.unplanned_units): instances left out of vllm_instances, and
+    the other form (vllm.service beside instances, instances beside vllm.service). One
+    daemon-reload for all; no other unit restarts.
+
+    + planned: the plan's instance names; None when vllm.service is the host's server
+    + scope: the host plan's snapshot scope
+    """
+    unplanned = unplanned_units(planned, snapshot(host, scope).vllm)
+    if not unplanned:
+        return
+    mark_changed(host, "vllm")
+    steps = []
+    for instance in unplanned:
+        unit = unit_of(instance)
+        host.log_styled(f"{unit}: not planned: stopped, disabled and removed", fg="yellow")
+        # A unit whose file is gone already (removed by hand) has nothing to stop.
+        steps.append(f"systemctl disable --now {unit} 2>/dev/null || true")
+        steps.append(f"systemctl reset-failed {unit} 2>/dev/null || true")
+        steps.append(f"rm -f {unit_path_of(instance)} {env_file_of(instance)}")
+    yield _script([*steps, "systemctl daemon-reload"])
 
 
 def _script(steps: list[str]) -> str:

@@ -47,6 +47,7 @@ from hostkit.plan.scope import snapshot_scope
 from hostkit.paths import DEFAULT_CACHE_DIR, NVME_LABEL, NVME_UNIT, SWAP_FILE_NAME
 from hostkit.plan.gpu_policy import GpuPolicy
 from hostkit.plan.plans import (
+    INSTANCES_NOT_WATCHED,
     GpuPlan,
     HostPlan,
     KernelPlan,
@@ -156,6 +157,7 @@ def plan_host(profile: HostProfile, facts: PlanningFacts, host_name: str = "this
             found.refuse(f"sysctl[{key!r}]", problem)
     if profile.vllm_instances:
         vllm, planned = None, _plan_instances(profile, facts, nvme, swap, found)
+        found.warnings.append(INSTANCES_NOT_WATCHED)
     else:
         vllm, planned = _plan_vllm(profile, facts, nvme, swap, found), {}
     if facts.platform is not None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 from hostkit.facts.scope import SnapshotScope
-from hostkit.paths import DEFAULT_CACHE_DIR, NVME_LABEL, NVME_UNIT
+from hostkit.paths import DEFAULT_CACHE_DIR, NVME_LABEL, NVME_UNIT, WATCHDOG_UNIT
 from hostkit.plan.gpu_policy import GpuPolicy
 from hostkit.plan.scope import snapshot_scope
 from hostkit.profile.host_profile import HostProfile
@@ -155,6 +155,12 @@ class VllmPlan(_Plan):
     gpu_indices: list[int] = Field(default_factory=list)
     gpu_uuids: list[str] = Field(default_factory=list)
     shared_gpus: list[str] = Field(default_factory=list)
+
+
+# A plan warning of every host with vllm_instances: the deploy runs the instances' units and
+# gates, while the watchdog and the collector still watch vllm.service alone (issue 35).
+INSTANCES_NOT_WATCHED = (f"vllm_instances: the watchdog and the memory metrics do not cover instances yet:"
+                         f" no {WATCHDOG_UNIT} (removed if there), no per-instance metrics")
 
 
 class WatchdogSettings(_Plan):

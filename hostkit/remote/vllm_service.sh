@@ -1,7 +1,9 @@
 # The snapshot's vllm section (hostkit.facts.vllm_service parses it). Set before it: hk_target
 # (the target as JSON), hk_user, hk_command, hk_unit, hk_unit_path, hk_env_file, hk_env_dir,
-# hk_properties (systemctl show's property names), hk_timed_out; hk_ready_probe (prints the
-# readiness probe's JSON line) and hk_show, hk_show_value (hostkit.facts.systemctl_show).
+# hk_properties (systemctl show's property names), hk_timed_out; hk_instance_units and
+# hk_instance_env_files (globs of the instances' files), hk_managed (the first line of a unit
+# hostkit wrote); hk_ready_probe (prints the readiness probe's JSON line) and hk_show,
+# hk_show_value (hostkit.facts.systemctl_show).
 echo "target=$hk_target"
 echo "uid=$(id -u -- "$hk_user" 2>/dev/null)"
 # One sha256sum and one stat for both files (every process is slow on a slow host); each
@@ -44,6 +46,15 @@ if [ -n "$cg" ]; then
     [ -r "$f" ] && while read -r k v; do [ "$k" != oom_kill ] || echo "cgroup.oom_kill=$v"; done < "$f"
   done
 fi
+# Every instance's files, whichever service is looked at: the deploy removes the unplanned.
+# The globs are split on purpose; one that matches nothing stays itself, which -f skips.
+for hk_path in $hk_instance_units; do
+  [ -f "$hk_path" ] && IFS= read -r hk_line < "$hk_path" || continue
+  case $hk_line in "$hk_managed"*) echo "instance_unit=$hk_path" ;; esac
+done
+for hk_path in $hk_instance_env_files; do
+  [ -f "$hk_path" ] && echo "instance_env=$hk_path"
+done
 hk_probe=$(hk_ready_probe)
 [ -z "$hk_probe" ] || printf 'probe=%s\n' "$hk_probe"
 true
