@@ -1,7 +1,7 @@
 """Several vLLM instances on one lab container host (issue 35): three stand-ins, each its own
 vllm@NAME.service on its own port with its own API key and GPU; a rerun changes nothing; an
 instance left out of the inventory is stopped and its files removed, while the other two go
-on serving, not restarted.
+on serving, not restarted; going to vllm.service removes the instances, and back.
 
 The container has no GPU: an nvidia-smi stand-in (FAKE_NVIDIA_SMI) lists three, so that the
 planner can place each instance by index and UUID; the deploy is tests/e2e/instances_deploy.py
@@ -150,3 +150,17 @@ def test_an_instance_left_out_is_removed_and_the_others_are_not_restarted(host, 
         assert probe(host, name).serves(f"lab-{name}")
     again = module_run_deploy(host, {**BASE, "vllm_instances": {name: INSTANCES[name] for name in kept}}, deploy=DEPLOY)
     assert again.ok and again.changed_on(host.name) == [], again.changed
+
+
+def test_switching_to_vllm_service_and_back_removes_the_other_form(host, deployed, module_run_deploy):
+    kept = [name for name in NAMES if name != REMOVED]
+    classic = module_run_deploy(host, BASE, deploy=DEPLOY)
+    assert classic.ok, classic.output[-6000:]
+    assert sh(host, "systemctl is-active vllm.service").strip() == "active"
+    assert sh(host, "ls /etc/systemd/system/ /etc/vllm-hostkit/ | grep -c 'vllm@' || true").strip() == "0"
+    back = module_run_deploy(host, {**BASE, "vllm_instances": {name: INSTANCES[name] for name in kept}}, deploy=DEPLOY)
+    assert back.ok, back.output[-6000:]
+    assert sh(host, "systemctl show vllm.service -p LoadState --value").strip() == "not-found"
+    assert sh(host, "ls /etc/vllm-hostkit/").split() == [vllm_instance_env_file(name).rsplit("/", 1)[1] for name in kept]
+    for name in kept:
+        assert probe(host, name).serves(f"lab-{name}")

@@ -219,3 +219,76 @@ def test_the_deploy_takes_one_release_and_refuses_more_or_vllm_install(host_plan
 def test_the_deploy_lock_outlasts_every_gate(host_plan):
     timeouts = sum(p.ready_timeout_s for p in host_plan.instances.values())
     assert deploy.lock_stale_after_s(host_plan) == deploy.deploy_lock_stale_after_s(timeouts)
+
+
+# -- the deploy's steps --------------------------------------------------------------------------
+
+
+class Recorder:
+    """An operations module whose every operation records its step's name and arguments."""
+
+    def __init__(self, steps: list):
+        self.steps = steps
+
+    def __getattr__(self, operation):
+        return lambda **kwargs: self.steps.append((operation, kwargs))
+
+
+def deploy_steps(monkeypatch, host_plan, on_host_now: VllmServiceState | None = None) -> list:
+    steps: list = []
+    for module in ("driver_hold", "gpu", "kernel", "lock", "monitoring", "nvme_boot", "swap", "vllm_install",
+                   "vllm_service", "watchdog"):
+        monkeypatch.setattr(deploy, module, Recorder(steps))
+    monkeypatch.setattr(deploy, "plan_or_refusal", lambda: (None, host_plan, None))
+    monkeypatch.setattr(deploy, "snapshot_scope", lambda profile: host_plan.scope)
+    monkeypatch.setattr(deploy, "snapshot", lambda op_host, scope: dataclasses.make_dataclass(
+        "Taken", [("vllm", VllmServiceState)])(on_host_now or on_host()))
+    deploy.vllm_host.__wrapped__()
+    return steps
+
+
+def names(steps) -> list[str]:
+    return [kwargs["name"] for _, kwargs in steps]
+
+
+CLASSIC_STEPS = [
+    "Check the host's facts were read in time", "Take the deploy lock", "Check the GPU driver",
+    "Hold the NVIDIA driver packages", "Swap file on NVMe",
+    "NVMe and swap at boot (vllm-hostkit-nvme.service)", "Kernel memory sysctls", "Transparent hugepages",
+    "Memory monitoring", "vLLM runtime", "vLLM systemd unit", "vLLM readiness gate", "vLLM health watchdog",
+    "Release the deploy lock",
+]
+
+
+def classic_plan():
+    return plan_host(profile_from_data("gpu-8", {"vllm_model": QWEN05}), host_facts(8), host_name="gpu-8")
+
+
+def test_vllm_service_hosts_deploy_the_steps_they_did(monkeypatch):
+    host_plan = classic_plan()
+    steps = deploy_steps(monkeypatch, host_plan)
+    assert names(steps) == CLASSIC_STEPS
+    assert dict(steps)["vllm_service"]["plan"] is host_plan.vllm
+
+
+def test_a_vllm_service_host_with_instance_files_left_removes_them_first(monkeypatch):
+    steps = deploy_steps(monkeypatch, classic_plan(), on_host(["a"], ["a"]))
+    at = CLASSIC_STEPS.index("vLLM runtime")
+    assert names(steps) == [*CLASSIC_STEPS[:at], "Remove the vLLM instances not planned", *CLASSIC_STEPS[at:]]
+    assert dict(steps)["vllm_units_removed"]["planned"] is None
+
+
+def test_an_instance_host_runs_each_unit_and_gate_in_turn_and_no_watchdog(monkeypatch, host_plan):
+    steps = deploy_steps(monkeypatch, host_plan)
+    at = CLASSIC_STEPS.index("vLLM runtime")
+    assert names(steps) == [
+        *CLASSIC_STEPS[:at], "Remove the vLLM units not planned", "vLLM runtime",
+        "vLLM unit vllm@a.service", "vLLM readiness gate of vllm@a.service",
+        "vLLM unit vllm@b.service", "vLLM readiness gate of vllm@b.service",
+        "vLLM health watchdog", "Release the deploy lock",
+    ]
+    by_name = {kwargs["name"]: kwargs for _, kwargs in steps}
+    assert by_name["Remove the vLLM units not planned"]["planned"] == ["a", "b"]
+    assert by_name["vLLM unit vllm@b.service"]["plan"] is host_plan.instances["b"]
+    assert by_name["Memory monitoring"]["vllm"] is deploy.NO_VLLM_SERVICE
+    assert by_name["vLLM health watchdog"]["plan"].enabled is False  # removed, if there
