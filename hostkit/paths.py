@@ -8,9 +8,6 @@ from __future__ import annotations
 
 VLLM_UNIT = "vllm.service"
 VLLM_UNIT_PATH = f"/etc/systemd/system/{VLLM_UNIT}"
-# With vllm_instances, one systemd template and a unit instance, env file and cgroup per name.
-VLLM_INSTANCE_TEMPLATE = "vllm@.service"
-VLLM_INSTANCE_TEMPLATE_PATH = f"/etc/systemd/system/{VLLM_INSTANCE_TEMPLATE}"
 THP_UNIT = "vllm-hostkit-thp.service"
 SWAP_FILE_NAME = "vllm-hostkit.swap"
 # The boot-time unit that finds nvme_device by its /dev/disk/by-id name, formats it when
@@ -39,6 +36,11 @@ DEFAULT_CACHE_DIR = "/var/cache/vllm"
 
 def vllm_instance_unit(instance: str) -> str:
     return f"vllm@{instance}.service"
+
+
+def is_vllm_unit(unit: str | None) -> bool:
+    """Whether `unit` is one of hostkit's vLLM units: vllm.service or an instance's."""
+    return unit == VLLM_UNIT or (unit or "").startswith("vllm@") and (unit or "").endswith(".service")
 
 
 def vllm_instance_env_file(instance: str) -> str:

@@ -66,9 +66,10 @@ def main(argv: list[str]) -> int:
     facts = planning_facts(fact.process(output.splitlines()))
     for gpu in facts.gpus:
         others = ", ".join(f"pid {p.pid} ({p.name or '?'}) {p.used_mib} MiB" for p in gpu.other_processes) or "none"
+        units = "".join(f", {unit} {mib} MiB" for unit, mib in sorted(gpu.other_units_mib.items()))
         print(
             f"GPU {gpu.index}: {gpu.memory_used_mib} of {gpu.memory_total_mib} MiB used; vLLM unit {gpu.memory_vllm_mib} MiB;"
-            f" others {gpu.memory_others_mib} MiB (processes: {others})"
+            f" others {gpu.memory_others_mib} MiB (processes: {others}{units})"
         )
     try:
         plan = plan_host(profile, facts, host_name="this-host")
@@ -78,8 +79,11 @@ def main(argv: list[str]) -> int:
         for issue in error.issues:
             print(f"  {issue} [host_state={issue.host_state}]")
         return 1
-    sizing = plan.vllm.sizing
-    print("PASS " + (f"KV cache {sizing.kv_budget_bytes} bytes per GPU at {sizing.gpu_memory_utilization}" if sizing else ""))
+    for vllm in plan.instances.values() if plan.instances else (plan.vllm,):
+        sizing = vllm.sizing
+        name = f"instance {vllm.instance} " if vllm.instance else ""
+        print(f"PASS {name}" + (f"KV cache {sizing.kv_budget_bytes} bytes per GPU at {sizing.gpu_memory_utilization}"
+                                if sizing else ""))
     return 0
 
 

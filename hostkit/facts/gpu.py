@@ -42,7 +42,7 @@ from hostkit.facts.kernel_log import XID_LINES, XidEvent, kernel_log_script, par
 from hostkit.facts.parts import parse_int, split_on_marker
 # The collector runs on the host with the standard library alone, so the one reader of
 # cgroup membership lives there.
-from hostkit.monitoring.collector import in_cgroup
+from hostkit.monitoring.collector import in_cgroup, system_service_of
 
 # Fixed order: the parser maps columns by position. Every name appears in the header of
 # real `nvidia-smi --query-gpu` output from an H200 (tests check this against a fixture).
@@ -115,6 +115,11 @@ class GpuProcess:
     def in_cgroup(self, path: str) -> bool:
         """Whether the process is in the cgroup `path` or below it (hostkit's one reader)."""
         return in_cgroup(self.cgroups, path)
+
+    @property
+    def service(self) -> str | None:
+        """The system service it runs in (`vllm@a.service`), None outside any."""
+        return system_service_of(self.cgroups)
 
 
 @dataclass(frozen=True)

@@ -192,6 +192,19 @@ def in_cgroup(proc_cgroup: Iterable[str], unit_cgroup: str) -> bool:
     return False
 
 
+def system_service_of(proc_cgroup: Iterable[str]) -> str | None:
+    """The system service whose cgroup holds the process, read from systemd's hierarchy line
+    as in_cgroup reads it: `vllm@a.service` for /system.slice/vllm@a.service or below it;
+    None for a process outside every service of system.slice."""
+    for line in proc_cgroup:
+        parts = line.strip().split(":", 2)
+        if len(parts) == 3 and parts[1] in ("", "name=systemd"):
+            names = parts[2].split("/")
+            if len(names) > 2 and names[1] == "system.slice" and names[2].endswith(".service"):
+                return names[2]
+    return None
+
+
 def gpu_memory(gpus: list[tuple[str, str, int, int]], apps: list[tuple[str, int, int]],
                pid_in_unit) -> list[tuple[str, int, int, int]]:
     """(index, used bytes, total bytes, bytes used by processes outside the unit) per GPU.

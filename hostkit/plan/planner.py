@@ -44,7 +44,7 @@ from hostkit.vllm.model_catalog import ModelConfigError, ModelSpec
 from hostkit.plan.planning_facts import FilesystemFact, GpuMemoryFact, NvmeDeviceFact, PlanningFacts
 from hostkit.plan.platform_findings import platform_findings
 from hostkit.plan.scope import snapshot_scope
-from hostkit.paths import DEFAULT_CACHE_DIR, NVME_LABEL, NVME_UNIT, SWAP_FILE_NAME
+from hostkit.paths import DEFAULT_CACHE_DIR, NVME_LABEL, NVME_UNIT, SWAP_FILE_NAME, VLLM_UNIT, vllm_instance_unit
 from hostkit.plan.gpu_policy import GpuPolicy
 from hostkit.plan.plans import (
     INSTANCES_NOT_WATCHED,
@@ -388,7 +388,7 @@ def _plan_instances(
         gpus, unknown = instances.resolve_gpus(instance.vllm_gpus, facts.gpus, instance.tensor_parallel_size)
         if unknown:
             found.refuse(instances.key_path(name, "vllm_gpus"), instances.unknown_gpus(name, unknown, facts.gpus))
-        placed[name] = gpus
+        placed[name] = [gpu.seen_by(vllm_instance_unit(name)) for gpu in gpus]
     shared, refusals = instances.shared_gpus(p.vllm_instances, placed)
     for key, reason in refusals:
         found.refuse(key, reason)
@@ -399,6 +399,7 @@ def _plan_instances(
     plans = {}
     for name, instance in p.vllm_instances.items():
         own = _Findings(found.host)
+        own.notes.extend(_gpu_memory_note(gpu) for gpu in placed[name] if gpu.memory_used_mib)
         plan = _plan_vllm(instance, facts, nvme, swap, own, placed[name] or None, shares.get(name))
         found.take(name, own)
         plans[name] = plan.model_copy(update={
@@ -794,12 +795,30 @@ def _gpu_holders(gpu: GpuMemoryFact) -> str:
     """Who holds the memory that is not the vLLM unit's, for the refusal."""
     if gpu.processes_unknown:
         return f"Held by processes unknown ({gpu.processes_unknown.splitlines()[0]})"
-    held = ", ".join(
+    unit = "the vLLM unit" if gpu.unit == VLLM_UNIT else gpu.unit
+    own = f"; {unit}'s {format_size(gpu.memory_vllm_mib * MIB)} not counted" if gpu.memory_vllm_mib else ""
+    return f"Held outside {unit}: {_holder_list(gpu) or 'no process listed (driver or another container)'}{own}"
+
+
+def _holder_list(gpu: GpuMemoryFact) -> str:
+    """The other processes, largest first, then hostkit's other vLLM units, by cgroup."""
+    processes = [
         f"pid {p.pid} ({p.name or 'not visible in /proc'}) {'?' if p.used_mib is None else format_size(p.used_mib * MIB)}"
         for p in sorted(gpu.other_processes, key=lambda p: -(p.used_mib or 0))
-    )
-    own = f"; the vLLM unit's {format_size(gpu.memory_vllm_mib * MIB)} not counted" if gpu.memory_vllm_mib else ""
-    return f"Held outside the vLLM unit: {held or 'no process listed (driver or another container)'}{own}"
+    ]
+    units = [f"{unit} {format_size(mib * MIB)}" for unit, mib in sorted(gpu.other_units_mib.items())]
+    return ", ".join(processes + units)
+
+
+def _gpu_memory_note(gpu: GpuMemoryFact) -> str:
+    """Whose memory an instance's GPU holds, by cgroup: its unit's own, which its restart
+    frees, and the rest, beside which it must fit."""
+    if gpu.processes_unknown:
+        return f"GPU {gpu.index}: {format_size(gpu.memory_used_mib * MIB)} in use, {_gpu_holders(gpu)}"
+    others = _holder_list(gpu) or "none listed (driver or another container)"
+    return (f"GPU {gpu.index}: {format_size(gpu.memory_used_mib * MIB)} in use: {gpu.unit}'s own "
+            f"{format_size(gpu.memory_vllm_mib * MIB)}, freed by its restart; others' "
+            f"{format_size(gpu.memory_others_mib * MIB)}: {others}")
 
 
 def _ram_need(p: HostProfile, release: FlagSet) -> RamNeed:

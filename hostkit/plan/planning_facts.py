@@ -11,6 +11,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from hostkit.facts.platform import PlatformInfo
+from hostkit.paths import VLLM_UNIT
 
 
 class _Facts(BaseModel):
@@ -49,7 +50,7 @@ class SwapFact(_Facts):
 
 
 class GpuProcessFact(_Facts):
-    """A process holding memory on this GPU that is not hostkit's vLLM unit."""
+    """A process holding memory on this GPU that runs in none of hostkit's vLLM units."""
 
     pid: int
     name: str  # "" when the host's /proc does not show the pid
@@ -62,9 +63,14 @@ class GpuMemoryFact(_Facts):
     uuid: str = ""  # as nvidia-smi prints it (GPU-...); "" in facts recorded before it was kept
     memory_total_mib: int
     memory_used_mib: int
-    # Held by processes in the vLLM unit's cgroup: a serving vLLM's own memory, which its
-    # restart frees. The rest of memory_used_mib belongs to others.
+    # The vLLM unit this GPU is seen by: vllm.service, or an instance's (seen_by).
+    unit: str = VLLM_UNIT
+    # Held by processes in that unit's cgroup: a serving vLLM's own memory, which its restart
+    # frees. The rest of memory_used_mib belongs to others.
     memory_vllm_mib: int = 0
+    # Held by hostkit's other vLLM units, by unit name: instances (vllm@NAME.service) beside
+    # vllm.service, or an instance's siblings and vllm.service. Their restarts are their own.
+    other_units_mib: dict[str, int] = Field(default_factory=dict)
     other_processes: list[GpuProcessFact] = Field(default_factory=list)
     # Why the holders are unknown (the compute-process query failed); all used memory then counts as others'.
     processes_unknown: str | None = None
@@ -72,6 +78,14 @@ class GpuMemoryFact(_Facts):
     @property
     def memory_others_mib(self) -> int:
         return max(0, self.memory_used_mib - self.memory_vllm_mib)
+
+    def seen_by(self, unit: str) -> GpuMemoryFact:
+        """This GPU as the vLLM unit `unit` sees it: its own memory is what `unit` holds, and
+        what vllm.service and the other instances hold is others'."""
+        units = {**self.other_units_mib, self.unit: self.memory_vllm_mib}
+        own = units.pop(unit, 0)
+        return self.model_copy(update={
+            "unit": unit, "memory_vllm_mib": own, "other_units_mib": {name: mib for name, mib in units.items() if mib}})
 
 
 class InstalledVllmFact(_Facts):

@@ -14,23 +14,31 @@ from hostkit.plan.planning_facts import (
     PlanningFacts,
     SwapFact,
 )
-from hostkit.paths import VLLM_UNIT
+from hostkit.paths import VLLM_UNIT, is_vllm_unit
 
 # Where systemd puts the unit's processes; hostkit's unit is a system service.
 VLLM_UNIT_CGROUP = unit_cgroup_path(VLLM_UNIT)
 
 
 def gpu_fact(gpu: GpuDevice, facts: GpuFacts, unit_cgroup: str = VLLM_UNIT_CGROUP) -> GpuMemoryFact:
-    """One GPU's memory, split into the vLLM unit's and everyone else's by each holder's cgroup."""
+    """One GPU's memory, split by each holder's cgroup into the vLLM unit's, each of hostkit's
+    other vLLM units' (instances, by unit name) and everyone else's."""
     own, others = facts.holders(gpu, unit_cgroup)
+    units: dict[str, int] = {}
+    for process in others:
+        if is_vllm_unit(process.service):
+            units[process.service] = units.get(process.service, 0) + (process.used_mib or 0)
+    known = not facts.processes_error
     return GpuMemoryFact(
         index=gpu.index,
         name=gpu.name,
         uuid=gpu.uuid,
         memory_total_mib=gpu.memory_total_mib or 0,
         memory_used_mib=gpu.memory_used_mib or 0,
-        memory_vllm_mib=0 if facts.processes_error else sum(p.used_mib or 0 for p in own),
-        other_processes=[GpuProcessFact(pid=p.pid, name=p.name, used_mib=p.used_mib) for p in others],
+        memory_vllm_mib=sum(p.used_mib or 0 for p in own) if known else 0,
+        other_units_mib=units if known else {},
+        other_processes=[GpuProcessFact(pid=p.pid, name=p.name, used_mib=p.used_mib)
+                         for p in others if not is_vllm_unit(p.service)],
         processes_unknown=facts.processes_error,
     )
 

@@ -20,7 +20,7 @@ def instance_issues(host: str, profile: HostProfile) -> list[DataIssue]:
         return [DataIssue(host, "vllm_gpus", profile.vllm_gpus, f"null without {INSTANCES_KEY}",
                           reason="vllm.service sees every GPU: pinning GPUs is for the instances of vllm_instances")]
     if not profile.vllm_enabled:
-        return [DataIssue(host, INSTANCES_KEY, sorted(found), f"{{}} while vllm_enabled is false",
+        return [DataIssue(host, INSTANCES_KEY, sorted(found), "{} while vllm_enabled is false",
                           reason="vllm_enabled false runs no vLLM")]
     return [*_port_issues(host, found), *_gpu_count_issues(host, found), *_shared_gpu_issues(host, found)]
 
