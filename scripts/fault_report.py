@@ -105,7 +105,7 @@ def verdict(found: list[Result]) -> str:
 
 
 def summary(results: list[Result]) -> tuple[str, bool]:
-    lines = ["vllm-hostkit fault report (lab hosts: Debian 12 VMs under qemu, real pyinfra over ssh)", ""]
+    lines = ["vllm-hostkit fault report (lab hosts: Debian 12 VMs under qemu and container hosts, real pyinfra over ssh)", ""]
     ok = True
 
     cases = matching(results, BAD_INPUT_CASE)
@@ -114,7 +114,7 @@ def summary(results: list[Result]) -> tuple[str, bool]:
     lines.append(f"Bad input: {len(cases)} bad inventory hosts tried through `pyinfra INVENTORY deploys/vllm_host.py`;"
                  f" {len(refused)} refused with a non-zero exit naming the host and the key.")
     lines.append(f"  host state digest (fstab, sysctl.d, systemd units, /proc/swaps, THP) before == after each case:"
-                 f" {'held' if digest and digest[0].outcome == 'passed' else verdict(digest)}")
+                 f" {'held' if verdict(digest) == 'survived' else verdict(digest)}")
     for r in cases:
         if r.outcome != "passed":
             ok = False

@@ -9,6 +9,9 @@
 - `shared_lab_host`: one fresh host per module, shared by that module's tests.
 - `main_host`: a fresh VM with the vLLM stand-in, shared by the modules in MAIN_HOST_MODULES:
   test_main_deploy.py provisions it, the modules after it deploy their own data on it.
+- `main_container`: a fresh container host with the stand-in, shared by the tests of
+  MAIN_HOST_MODULES that need only systemd (their host parameter "container"; "vm" is
+  `main_host`): `main_host_for(request)` gives a module's parametrised fixture the one it asks for.
 - `lab_fleet`: three fresh container hosts with the stand-in, shared by the modules in FLEET_MODULES.
 - `release_host(shared_hosts, os_name)`: the Debian 11 (cgroup v1) or 13 (cgroup v2) VM that
   test_distros.py provisions with the main deploy and test_vllm_service.py's kernel-cgroup tests reuse.
@@ -72,6 +75,10 @@ LAB_CPUS = 1
 # first, in this order, next to the others sharing their hosts, and each shared host is removed
 # after the last test that uses it (see pytest_runtest_teardown). The rest run in file order.
 MAIN_HOST_MODULES = ("test_main_deploy.py", "test_bad_input.py", "test_doctor_smoke.py", "test_monitoring.py")
+# Their tests that need only systemd (a test parameter "container") share one container host
+# instead, in the same module order: the VM keeps swap, the kernel's settings, memory limits and
+# OOM kills, and the main deploy end to end (a parameter "vm", or none).
+MAIN_GROUP, MAIN_CONTAINER_GROUP = "main host", "main container"
 FLEET_MODULES = ("test_rollout.py", "test_verify.py")
 # The other releases' VMs, one each, with the cgroup version their users mostly run: test_distros.py
 # provisions each with the main deploy (so it goes first), then test_vllm_service.py's tests of
@@ -102,7 +109,7 @@ FLEET_DATA = {
 def group_of(module: str, param: str | None) -> str:
     """The lane group of a test in `module` whose parameter id is `param`: its hosts' sharers."""
     if module in MAIN_HOST_MODULES:
-        return "main host"
+        return MAIN_CONTAINER_GROUP if "container" in (param or "").split("-") else MAIN_GROUP
     if module in FLEET_MODULES:
         return "fleet"
     if module in HOST_PARAMETERS:
@@ -161,6 +168,22 @@ def pytest_collection_modifyitems(config, items):
     for item in e2e:
         item.add_marker(pytest.mark.xdist_group(schedule.get(item_group(item), "unscheduled")))
     items.sort(key=run_order)  # stable: file order within each rank
+
+
+@pytest.hookimpl(trylast=True)  # after pytest's own reordering by fixture parameters
+def pytest_collection_modifyitems(config, items):
+    """In each of MAIN_HOST_MODULES, the container's tests before the VM's: their host fixtures
+    are module-scoped and parametrised by host, and pytest's reordering takes a one-value
+    parametrize (["container"], ["vm"]) of two tests for the same parameter (both index 0), so it
+    would leave them interleaved and set each host's fixture up again at every switch."""
+    items.sort(key=lambda item: (run_order(item), main_host_rank(item)))
+
+
+def main_host_rank(item) -> int:
+    """0 for the container's tests of MAIN_HOST_MODULES (and any other module's), 1 for the VM's."""
+    if Path(str(item.fspath)).name not in MAIN_HOST_MODULES:
+        return 0
+    return 0 if item_group(item) == MAIN_CONTAINER_GROUP else 1
 
 
 class SharedHosts:
@@ -229,9 +252,24 @@ def shared_hosts(lab, request) -> SharedHosts:
 
 @pytest.fixture(scope="session")
 def main_host(shared_hosts) -> LabHost:
-    (lab_host,) = shared_hosts.get("main host", 1, prefix="main")
+    (lab_host,) = shared_hosts.get(MAIN_GROUP, 1, prefix="main")
     install_standin(lab_host)
     return lab_host
+
+
+@pytest.fixture(scope="session")
+def main_container(shared_hosts) -> LabHost:
+    (lab_host,) = shared_hosts.get(MAIN_CONTAINER_GROUP, 1, prefix="mainc", kind="container")
+    install_standin(lab_host)
+    return lab_host
+
+
+def main_host_for(request) -> LabHost:
+    """For a fixture of MAIN_HOST_MODULES parametrised by host: `main_container` for the
+    parameter "container", `main_host` (the VM) for "vm"."""
+    if request.param not in ("container", "vm"):
+        raise ValueError(f"{request.fixturename}: host parameter {request.param!r}; 'container' or 'vm'")
+    return request.getfixturevalue("main_container" if request.param == "container" else "main_host")
 
 
 def release_host(shared_hosts: SharedHosts, os_name: str) -> LabHost:

@@ -1,15 +1,18 @@
-"""Bad inventory data, end to end: `pyinfra INVENTORY deploys/vllm_host.py` against the main lab
-host, and each run must exit non-zero, name each bad host and its key, and leave the host as
-it was.
+"""Bad inventory data, end to end: `pyinfra INVENTORY deploys/vllm_host.py` against a lab host,
+and each run must exit non-zero, name each bad host and its key, and leave the host as it was.
 
-Most cases are refused by the data alone, before any host's facts are read: those run as
-hosts of one inventory (CASES_PER_RUN to a run, each entry a case named by its id, all pointing at the
-lab host), which also shows a fleet's every bad host named in one refusal. The cases that
-only the host's facts can refuse (its disks, its kernel) stop the run at the first, so each
-runs alone. Run alone, the module gets a fresh host, the strictest witness: any case hostkit
-failed to refuse would make swap, sysctl, THP and unit changes that the state digest shows.
-The digest (fstab, sysctl.d, systemd units, /proc/swaps, THP, swappiness, /run/vllm-hostkit)
-is one ssh command, taken before all runs and right after each. Several runs go at once
+Most cases are refused by the data alone, before any host's facts are read: those need only a
+host that pyinfra reaches, so they run on the shared container host (`main_container`, systemd
+only, native speed), as hosts of one inventory (CASES_PER_RUN to a run, each entry a case named
+by its id, all pointing at that host), which also shows a fleet's every bad host named in one
+refusal. The cases that only the host's facts can refuse (its disks, its kernel) need the VM
+(`main_host`): a container's plan leaves swap, NVMe, sysctl and THP to the container's host,
+so it would not refuse them. The first host whose plan fails stops the run, so each runs alone.
+The container group's first module, this one meets a fresh container host, the strictest
+witness: any case hostkit failed to refuse would install the unit, its user and files, which
+the state digest shows; run alone, the module gets a fresh VM too. The digest (fstab,
+sysctl.d, systemd units, /proc/swaps, THP, swappiness, /run/vllm-hostkit) is one ssh command,
+taken on each host before all its runs and right after each. Several runs go at once on the VM
 (every case fails while pyinfra prepares, before any command that changes a host), so a
 digest that differs names its case and the cases that ran beside it.
 """
@@ -22,7 +25,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from tests.e2e.conftest import UNSET
+from tests.e2e.conftest import UNSET, main_host_for
 from tests.e2e.lab_shell import sh
 
 
@@ -156,6 +159,11 @@ class Outcome:
     ended: float  # after the digest
 
 
+def host_of(case: Case) -> str:
+    """The host parameter a case runs on: the VM for the cases only the host's facts refuse."""
+    return "vm" if case.host_facts else "container"
+
+
 def runs_of(cases: list[Case]) -> tuple[list[list[Case]], list[list[Case]]]:
     """(shared runs, runs alone): cases refused from the data share runs; each case that needs
     the host's facts runs alone (the first host whose plan fails stops the run)."""
@@ -187,24 +195,25 @@ class Campaign:
 
 
 @pytest.fixture(scope="module")
-def campaign(main_host, tmp_path_factory) -> Campaign:
-    """Every case run once against `main_host`, as an inventory host named by the case's id;
-    the digest taken before all runs and after each."""
+def campaign(request, tmp_path_factory) -> Campaign:
+    """The cases of this host parameter ("container" or "vm", host_of) run once against its host,
+    each as an inventory host named by the case's id; the digest taken before all runs and after each."""
     from tests.e2e.conftest import MAIN_DEPLOY, REPO, lab_entry
     from hostkit.fleet.pyinfra_runner import run_pyinfra, write_inventory
 
-    directory = tmp_path_factory.mktemp("bad-input")
-    before = state_digest(main_host)
+    lab_host = main_host_for(request)
+    directory = tmp_path_factory.mktemp(f"bad-input-{request.param}")
+    before = state_digest(lab_host)
 
     def run(cases: list[Case]) -> dict[str, Outcome]:
-        inventory = write_inventory(directory / f"{cases[0].id}.py", [lab_entry(case.id, main_host, case.data) for case in cases])
+        inventory = write_inventory(directory / f"{cases[0].id}.py", [lab_entry(case.id, lab_host, case.data) for case in cases])
         started = time.monotonic()
         run = run_pyinfra(inventory, MAIN_DEPLOY, cwd=REPO, timeout=600)
-        outcome = Outcome(run.returncode, run.output, state_digest(main_host), started, time.monotonic())
-        print(f"{len(cases)} case(s) in one run: {outcome.ended - started:.1f} s, digest included")
+        outcome = Outcome(run.returncode, run.output, state_digest(lab_host), started, time.monotonic())
+        print(f"{lab_host.kind}: {len(cases)} case(s) in one run: {outcome.ended - started:.1f} s, digest included")
         return {case.id: outcome for case in cases}
 
-    shared_runs, single_runs = runs_of(CASES)
+    shared_runs, single_runs = runs_of([case for case in CASES if host_of(case) == request.param])
     outcomes: dict[str, Outcome] = {}
     with concurrent.futures.ThreadPoolExecutor(PARALLEL_SINGLE_RUNS) as pool:
         singles = pool.map(run, single_runs)
@@ -227,7 +236,15 @@ def test_at_least_30_cases():
     assert len(CASES) >= 30 and len({case.id for case in CASES}) == len(CASES)
 
 
-@pytest.mark.parametrize("case", CASES, ids=[case.id for case in CASES])
+# Each case on its host: test ids "container-CASE" or "vm-CASE" (conftest.group_of reads the host).
+# Module scope: the default for a direct argument (case) beside an indirect one is the
+# function's, which would run a campaign for each case.
+ON_ITS_HOST = pytest.mark.parametrize(
+    "campaign, case", [pytest.param(host_of(case), case, id=f"{host_of(case)}-{case.id}") for case in CASES],
+    indirect=["campaign"], scope="module")
+
+
+@ON_ITS_HOST
 def test_bad_input_is_refused_naming_host_and_key(campaign, case):
     outcome = campaign.outcomes[case.id]
     message = message_for(outcome.output, case.id)
@@ -242,14 +259,16 @@ def test_bad_input_is_refused_naming_host_and_key(campaign, case):
     )
 
 
+@pytest.mark.parametrize("campaign", ["container"], indirect=True)
 def test_a_run_of_several_bad_hosts_names_each_of_them(campaign):
     """The whole inventory is validated before any host is touched: one refusal, every host in it."""
-    shared = runs_of(CASES)[0][0]
+    shared = runs_of([case for case in CASES if host_of(case) == "container"])[0][0]
     output = campaign.outcomes[shared[0].id].output
     assert len(shared) > 1 and all(campaign.outcomes[case.id].output == output for case in shared)
     assert [case.id for case in shared if not message_for(output, case.id)] == []
 
 
+@pytest.mark.parametrize("campaign", ["container", "vm"], indirect=True)
 def test_the_host_is_unchanged_after_each_case(campaign):
     changed = [case_id for case_id, outcome in campaign.outcomes.items() if outcome.digest_after != campaign.before]
     assert not changed, f"the host's state digest differed after: {', '.join(changed)}"

@@ -1,9 +1,12 @@
 """`hostkit doctor` and `hostkit smoke` against a lab host provisioned by the main deploy,
 serving the vLLM stand-in (hostkit_lab/standin) through an ssh port-forward.
 
-On the shared `main_host` (boots are slow under qemu TCG), after a deploy of this module's
-data: a clean doctor run, a clean smoke run, then a smoke run during which a separate process on the host pushes memory into swap,
-which the report must show rising during the load and coming back after it.
+After a deploy of this module's data on each host it uses: on the shared container host
+(`main_container`, systemd only, native speed) a clean doctor run and a clean smoke run; on the
+shared `main_host` VM (its swap file, sysctl and kernel cgroups are its own) doctor's reading of
+the swap and swappiness the main deploy set, then a smoke run during which a separate process on
+the host pushes memory into swap, which the report must show rising during the load and coming
+back after it.
 """
 
 from __future__ import annotations
@@ -21,7 +24,8 @@ from pathlib import Path
 import pytest
 
 from hostkit.fleet.pyinfra_runner import run_pyinfra
-from tests.e2e.conftest import MAIN_DEPLOY, REPO, lab_data, lab_inventory
+from tests.e2e.conftest import MAIN_DEPLOY, REPO, lab_data, lab_inventory, main_host_for
+from tests.e2e.lab_shell import sh
 
 pytestmark = pytest.mark.lab
 
@@ -37,12 +41,20 @@ SERVE_DATA = {
 
 
 @pytest.fixture(scope="module")
-def served(main_host, tmp_path_factory):
-    """(lab host, inventory path, data): deployed with SERVE_DATA, serving the stand-in."""
-    inventory = lab_inventory(tmp_path_factory.mktemp("doctor") / "inventory.py", main_host, SERVE_DATA)
+def served(request, tmp_path_factory):
+    """(lab host, inventory path, data): the host of the parameter ("container" or "vm")
+    deployed with SERVE_DATA, serving the stand-in."""
+    lab_host = main_host_for(request)
+    inventory = lab_inventory(tmp_path_factory.mktemp(f"doctor-{request.param}") / "inventory.py", lab_host, SERVE_DATA)
     run = run_pyinfra(inventory, MAIN_DEPLOY, cwd=REPO)
     assert run.ok, run.output[-4000:]
-    return main_host, inventory, {**lab_data(), **SERVE_DATA}
+    return lab_host, inventory, {**lab_data(), **SERVE_DATA}
+
+
+# systemd's part, doctor's and smoke's reading of it: the container host.
+ON_CONTAINER = pytest.mark.parametrize("served", ["container"], indirect=True)
+# The swap file and the kernel's settings the main deploy made, and memory reclaimed into swap: the VM.
+ON_VM = pytest.mark.parametrize("served", ["vm"], indirect=True)
 
 
 def hostkit(*args: str, env: dict | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
@@ -84,27 +96,47 @@ def smoke(served, url: str, out: Path, *extra: str) -> tuple[subprocess.Popen, P
     return subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env), out
 
 
+def doctor_json(inventory) -> tuple[subprocess.CompletedProcess, dict]:
+    result = hostkit("doctor", str(inventory), "--format", "json")
+    (host,) = json.loads(result.stdout)["hosts"]
+    return result, host
+
+
+@ON_CONTAINER
 def test_doctor_on_the_provisioned_host(served):
     lab_host, inventory, data = served
-    result = hostkit("doctor", str(inventory), "--format", "json")
-    document = json.loads(result.stdout)
-    (host,) = document["hosts"]
+    result, host = doctor_json(inventory)
     findings = {finding["code"]: finding["severity"] for finding in host["findings"]}
     assert result.returncode == 0, findings
     assert "critical" not in findings.values()
     inputs = host["inputs"]
-    assert inputs["memory"]["swap_total_bytes"] >= 1000 * MIB  # swap_size 1G on the NVMe disk
-    assert inputs["tuning"]["swappiness"] == 10
+    # The container's swap and swappiness are its host's (the VM's own: the test below).
+    assert inputs["memory"]["swap_total_bytes"] == 1024 * int(sh(lab_host, "awk '/^SwapTotal:/ {print $2}' /proc/meminfo"))
+    assert inputs["tuning"]["swappiness"] == int(sh(lab_host, "cat /proc/sys/vm/swappiness"))
     unit = inputs["unit"]
-    assert unit["active_state"] == "active" and unit["max_bytes"] and unit["peak_bytes"]
+    # The unit's memory limit and peak are read from its cgroup, which a container's kernel does
+    # not give it: the VM's test below.
+    assert unit["active_state"] == "active"
     assert "serve" in inputs["vllm"]["argv"] and inputs["vllm"]["tree_rss_bytes"] > 0
     assert host["vllm_settings"]["max_model_len"] == data["vllm_max_model_len"]
     assert host["vllm_settings"]["version_source"] == "inventory"  # the stand-in has no dist-info
-    assert "memory-limit-missing" not in findings and "memory-limit-near-ram" not in findings
     text = hostkit("doctor", str(inventory), "--limit", lab_host.name)
     assert f"== {lab_host.name} ==" in text.stdout and "vllm.service  active/running" in text.stdout
 
 
+@ON_VM
+def test_doctor_reads_the_swap_and_swappiness_the_deploy_set(served):
+    result, host = doctor_json(served[1])
+    findings = {finding["code"]: finding["severity"] for finding in host["findings"]}
+    assert result.returncode == 0 and "critical" not in findings.values(), findings
+    assert host["inputs"]["memory"]["swap_total_bytes"] >= 1000 * MIB  # swap_size 1G on the NVMe disk
+    assert host["inputs"]["tuning"]["swappiness"] == 10
+    unit = host["inputs"]["unit"]  # read from the unit's own cgroup, which a VM's kernel gives it
+    assert unit["active_state"] == "active" and unit["max_bytes"] and unit["peak_bytes"]
+    assert "memory-limit-missing" not in findings and "memory-limit-near-ram" not in findings
+
+
+@ON_CONTAINER
 def test_clean_smoke_run(served, tmp_path):
     lab_host = served[0]
     with forwarded(lab_host) as url:
@@ -115,11 +147,12 @@ def test_clean_smoke_run(served, tmp_path):
     assert report["requests"]["succeeded"] == 60 and report["requests"]["failed"] == 0
     assert report["latency_s"]["p50"] >= 64 * 0.04
     assert report["memory"]["samples"] > 10 and report["memory"]["source"] == lab_host.name
-    assert report["memory"]["ram"]["unit_peak"] > 0  # the unit's cgroup memory was sampled too
-    assert report["oom"]["lines"] == [] and report["oom"]["kernel_log_source"] == "journalctl"
+    # The unit's cgroup memory and the kernel's log are the container's host's: the VM's test below.
+    assert report["oom"]["lines"] == []
     assert (out / "smoke-memory.png").stat().st_size > 20_000
 
 
+@ON_VM
 def test_memory_pushed_during_the_run_shows_the_swap_rise(served, tmp_path):
     lab_host = served[0]
     unit = "/sys/fs/cgroup/system.slice/vllm.service"
@@ -145,5 +178,6 @@ def test_memory_pushed_during_the_run_shows_the_swap_rise(served, tmp_path):
     peak_t = max(report["memory"]["series"], key=lambda s: s["swap_used"])["t"]
     assert peak_t > 0  # after the load started, not in the baseline
     assert swap["recovered"], (swap, output)  # the pusher exited: its swapped pages are gone
-    assert report["oom"]["lines"] == []
+    assert report["memory"]["ram"]["unit_peak"] > 0  # the unit's cgroup memory was sampled too
+    assert report["oom"]["lines"] == [] and report["oom"]["kernel_log_source"] == "journalctl"
     assert process.returncode == 0, output
