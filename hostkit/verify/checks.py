@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import posixpath
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from collections.abc import Mapping
 from typing import Any
 
+from hostkit.deploy import NO_VLLM_SERVICE
 from hostkit.facts.kernel import THP_DIR, THP_UNIT_PATH, KernelState, sysctl_key
 from hostkit.facts.storage import SWAP_FILE_SELINUX_TYPE, StorageInfo
+from hostkit.facts.vllm_service import env_file_of, unit_of, unit_path_of
 from hostkit.plan.snapshot_facts import driver_version
 from hostkit.plan.gpu_policy import evaluate
 from hostkit.monitoring import STALE_INTERVALS, TIMER, stale_after_s
@@ -37,9 +40,6 @@ from hostkit.paths import (
     NVME_UNIT,
     SYSCTL_FILE,
     THP_UNIT,
-    VLLM_ENV_FILE,
-    VLLM_UNIT,
-    VLLM_UNIT_PATH,
     WATCHDOG_SCRIPT_PATH,
     WATCHDOG_UNIT,
     WATCHDOG_UNIT_PATH,
@@ -60,7 +60,7 @@ from hostkit.sizes import MIB, format_size
 from hostkit.facts.kernel_log import KernelLog
 from hostkit.verify.probes import Probes, VllmProcess
 from hostkit.vllm.runtime import InstallTarget, driver_floor, driver_problem, release_matches
-from hostkit.desired.vllm_unit import ENV_FILE_STAT, memory_directives, render_env, render_unit
+from hostkit.desired.vllm_unit import ENV_FILE_STAT, cuda_visible_devices, memory_directives, render_env, render_unit
 
 # /proc/swaps leaves out the page mkswap writes its header to (4 KiB, 64 KiB on some arm64).
 SWAP_SIZE_TOLERANCE = 1 * MIB
@@ -322,20 +322,21 @@ def vllm_checks(plan: VllmPlan, service: Any, probes: Probes, host: str) -> list
     if not plan.enabled:
         return []
     unit = probes.unit
-    logs = f"journalctl -u {VLLM_UNIT} -b"
+    name = unit_of(plan.instance)
+    logs = f"journalctl -u {name} -b"
     results = []
 
     if unit.get("LoadState") != "loaded":
-        return [_check("vllm", "unit installed", False, f"{VLLM_UNIT} loaded by systemd",
+        return [_check("vllm", "unit installed", False, f"{name} loaded by systemd",
                        f"LoadState {unit.get('LoadState') or 'unknown'}", redeploy(host))]
     enabled = unit.get("UnitFileState") or "unknown"
     results.append(_check("vllm", "unit enabled", enabled == "enabled", "enabled", enabled,
-                          f"systemctl enable {VLLM_UNIT}"))
+                          f"systemctl enable {name}"))
     state = f"{unit.get('ActiveState', 'unknown')}/{unit.get('SubState', 'unknown')}"
     if unit.get("NRestarts", "0") not in ("", "0"):
         state += f", {unit['NRestarts']} restarts"
     results.append(_check("vllm", "unit active", unit.get("ActiveState") == "active", "active/running", state,
-                          f"systemctl start {VLLM_UNIT}; read {logs}"))
+                          f"systemctl start {name}; read {logs}"))
 
     if service.unit_sha256 is None:
         file_state = "missing"
@@ -348,21 +349,21 @@ def vllm_checks(plan: VllmPlan, service: Any, probes: Probes, host: str) -> list
     actual = file_state + ("" if loaded else ", changed on disk since systemd loaded it")
     actual += f"; drop-ins: {' '.join(drop_ins)}" if drop_ins else ""
     results.append(_check("vllm", "unit file", file_state == "as rendered" and loaded,
-                          f"{VLLM_UNIT_PATH} as hostkit renders it from the plan, and loaded", actual, redeploy(host)))
+                          f"{unit_path_of(plan.instance)} as hostkit renders it from the plan, and loaded", actual, redeploy(host)))
 
     env_ok = service.env_sha256 == text_sha256(render_env(plan))
     stat = service.env_stat
     content = "as rendered" if env_ok else "different content" if service.env_sha256 else "missing"
     mode = f"mode {stat.mode} {stat.owner}:{stat.group}" if stat else "no mode"
     results.append(_check("vllm", "environment file", env_ok and stat == ENV_FILE_STAT,
-                          f"{VLLM_ENV_FILE} as rendered (holds the API key), mode {ENV_FILE_STAT.mode} root:root",
+                          f"{env_file_of(plan.instance)} as rendered (holds the API key), mode {ENV_FILE_STAT.mode} root:root",
                           f"{content}, {mode}", redeploy(host)))
 
     for directive, value in memory_directives(plan):
         actual = unit.get(directive) or "not reported"
         results.append(_check("vllm", directive, actual == str(value), f"{value} ({format_size(value)})",
                               actual + (f" ({format_size(int(actual))})" if actual.isdigit() else ""),
-                              f"{redeploy(host)}; then systemctl restart {VLLM_UNIT}"))
+                              f"{redeploy(host)}; then systemctl restart {name}"))
 
     results.extend(_process_checks(plan, service, probes.process, state, host, logs))
     results.extend(_readiness_checks(plan, probes, logs))
@@ -372,9 +373,10 @@ def vllm_checks(plan: VllmPlan, service: Any, probes: Probes, host: str) -> list
 def _process_checks(plan: VllmPlan, service: Any, process: VllmProcess | None, state: str, host: str,
                     logs: str) -> list[CheckResult]:
     """The running server: its cgroup's limit, its flags, its user, where its API key comes from."""
+    name = unit_of(plan.instance)
     if process is None:
-        return [_check("vllm", "server process", False, f"{VLLM_UNIT} has a main process",
-                       f"none ({state})", f"systemctl start {VLLM_UNIT}; read {logs}")]
+        return [_check("vllm", "server process", False, f"{name} has a main process",
+                       f"none ({state})", f"systemctl start {name}; read {logs}")]
     results = []
     if plan.memory_max_bytes is not None and plan.memory_limit_unapplied:
         # The plan's warning says so, and the report shows it: a container's host must limit it.
@@ -386,12 +388,12 @@ def _process_checks(plan: VllmPlan, service: Any, process: VllmProcess | None, s
         results.append(_check("vllm", "memory limit in force", problem is None,
                               f"the unit's cgroup limited to {plan.memory_max_bytes} bytes",
                               problem or f"{service.memory_limit_bytes}",
-                              f"systemctl daemon-reload && systemctl restart {VLLM_UNIT}"))
+                              f"systemctl daemon-reload && systemctl restart {name}"))
     secret = plan.api_key.get_secret_value() if plan.api_key is not None else None
     results.append(_check("vllm", "flags in effect", server_argv(process.argv, plan.argv) == plan.argv,
                           "the running server's argv equal to the plan: " + " ".join(plan.argv),
                           _argv_difference(plan.argv, process.argv, secret),
-                          f"{redeploy(host)}; then systemctl restart {VLLM_UNIT}"))
+                          f"{redeploy(host)}; then systemctl restart {name}"))
     uid = process.uid if process.uid is not None else "?"
     results.append(_check("vllm", "non-root user", process.uid not in (0, None) and process.user == plan.user,
                           f"{plan.user} (not root)", f"{process.user or '?'} (uid {uid})", redeploy(host)))
@@ -404,12 +406,12 @@ def _process_checks(plan: VllmPlan, service: Any, process: VllmProcess | None, s
     results.append(_check("vllm", "API key not in argv", not in_argv,
                           "the key absent from the server's command line (ps)",
                           "present in argv" if in_argv else "absent",
-                          f"pass it only through {VLLM_ENV_FILE}: {redeploy(host)}"))
+                          f"pass it only through {env_file_of(plan.instance)}: {redeploy(host)}"))
     in_env = process.api_key_sha256 == text_sha256(secret)
     results.append(_check("vllm", "API key in effect", in_env,
                           "VLLM_API_KEY in the server's environment equal to vllm_api_key",
                           "equal" if in_env else "different" if process.api_key_sha256 else "unset",
-                          f"{redeploy(host)}; then systemctl restart {VLLM_UNIT}"))
+                          f"{redeploy(host)}; then systemctl restart {name}"))
     return results
 
 
@@ -461,6 +463,24 @@ def watchdog_checks(settings: WatchdogSettings, plan: VllmPlan, probes: Probes, 
                f"{state}, {enabled}",
                f"systemctl enable --now {WATCHDOG_UNIT}; read journalctl -u {WATCHDOG_UNIT}"),
     ]
+
+
+def instance_checks(plan: VllmPlan, service: Any, probes: Probes, host: str) -> list[CheckResult]:
+    """One of vllm_instances: vllm_checks of its unit, env file, port and key, and the GPUs its
+    unit gives it; each check's name starts with its unit (vllm@NAME.service)."""
+    results = [*deadline_checks(service), *vllm_checks(plan, service, probes, host)]
+    if plan.enabled and plan.gpu_indices and probes.unit.get("LoadState") == "loaded":
+        results.append(_gpu_assignment_check(plan, probes.unit, host))
+    name = unit_of(plan.instance)
+    return [replace(result, name=f"{name} {result.name}") for result in results]
+
+
+def _gpu_assignment_check(plan: VllmPlan, unit: dict[str, str], host: str) -> CheckResult:
+    """CUDA_VISIBLE_DEVICES in the unit as systemd loaded it: the instance's GPUs by UUID."""
+    wanted = f"CUDA_VISIBLE_DEVICES={cuda_visible_devices(plan)}"
+    given = [word for word in unit.get("Environment", "").split() if word.startswith("CUDA_VISIBLE_DEVICES=")]
+    return _check("gpu", "GPUs", given == [wanted], wanted, " ".join(given) or "no CUDA_VISIBLE_DEVICES",
+                  f"{redeploy(host)}; then systemctl daemon-reload && systemctl restart {unit_of(plan.instance)}")
 
 
 # -- kernel log ----------------------------------------------------------------------------
@@ -558,8 +578,21 @@ def release_checks(profile: Any, plan: VllmPlan, state: Any, gpu: Any, host: str
 # -- one host ------------------------------------------------------------------------------
 
 
-def check_host(profile: Any, plan: HostPlan, snapshot: Any, probes: Probes) -> list[CheckResult]:
-    """Every check of one host, in the order of AREAS."""
+@dataclass(frozen=True)
+class InstanceReadings:
+    """What verify read of one of vllm_instances: its service fact and its probes."""
+
+    service: Any  # hostkit.facts.vllm_service.VllmServiceState
+    probes: Probes
+
+
+def check_host(profile: Any, plan: HostPlan, snapshot: Any, probes: Probes,
+               instances: Mapping[str, InstanceReadings] | None = None) -> list[CheckResult]:
+    """Every check of one host, in the order of AREAS. A host with vllm_instances: the host's
+    checks once, each instance's by its `instances` readings (probes: the first instance's,
+    which hold the kernel log); the release and the watchdog are not checked for instances,
+    which have no watchdog yet and run the host's vllm_command (hostkit.deploy.instances_refusal)."""
+    instances = instances or {}
     host = plan.host
     if plan.container is not None:
         host_settings = host_setting_checks(plan.container)
@@ -567,6 +600,15 @@ def check_host(profile: Any, plan: HostPlan, snapshot: Any, probes: Probes) -> l
         host_settings = [*swap_checks(plan.swap, snapshot.storage, host, profile.swap_dir),
                          *nvme_checks(plan.nvme, plan.swap, snapshot.storage, host),
                          *kernel_checks(plan.kernel, snapshot.kernel, snapshot.system.kernel_cmdline, host)]
+    if plan.instances:
+        return [
+            *host_settings,
+            *gpu_checks(plan.gpu, snapshot.gpu),
+            *(check for name, server in plan.instances.items()
+              for check in instance_checks(server, instances[name].service, instances[name].probes, host)),
+            *oom_checks(probes.ooms, plan.container),
+            *monitoring_checks(plan.monitoring, NO_VLLM_SERVICE, snapshot.monitoring, host),
+        ]
     return [
         *host_settings,
         *gpu_checks(plan.gpu, snapshot.gpu),

@@ -26,7 +26,7 @@ from hostkit.facts.kernel_log import KILL_LINES, KernelLog, kernel_log_command, 
 from hostkit.facts.parts import parse_int, split_on_marker
 from hostkit.facts.systemctl_show import SHOW_FUNCTIONS, parse_show
 from hostkit.facts.watchdog import WatchdogFact, WatchdogState
-from hostkit.paths import VLLM_UNIT
+from hostkit.facts.vllm_service import env_file_of, unit_of
 from hostkit.plan.plans import VllmPlan
 from hostkit.vllm.readiness import Probe
 from hostkit.vllm.readiness import probe_command as readiness_probe_command
@@ -50,6 +50,9 @@ UNIT_PROPERTIES = (
     "DropInPaths",
     "NRestarts",
 )
+# An instance's unit also shows its Environment=: the GPUs (CUDA_VISIBLE_DEVICES) systemd
+# gives it, as loaded.
+INSTANCE_UNIT_PROPERTIES = (*UNIT_PROPERTIES, "Environment")
 
 
 @dataclass(frozen=True)
@@ -86,23 +89,27 @@ def _mark(name: str) -> str:
 _READY = '"health": 200'
 
 
-def probe_command(plan: VllmPlan, ready_timeout_s: int | None = None) -> str:
-    """The probe script for a host with this vLLM plan; `ready_timeout_s` overrides the plan's wait."""
-    parts = [_mark("oom"), kernel_log_command(KILL_LINES, OOM_LINE_LIMIT)]
+def probe_command(plan: VllmPlan, ready_timeout_s: int | None = None, kernel_log: bool = True) -> str:
+    """The probe script for a host with this vLLM plan (vllm.service's, or an instance's);
+    `ready_timeout_s` overrides the plan's wait. `kernel_log`: read the host's OOM kills too,
+    which a host with instances reads once, with its first instance."""
+    parts = [_mark("oom"), kernel_log_command(KILL_LINES, OOM_LINE_LIMIT)] if kernel_log else []
     if plan.enabled:
         wait = plan.ready_timeout_s if ready_timeout_s is None else ready_timeout_s
+        properties = UNIT_PROPERTIES if plan.instance is None else INSTANCE_UNIT_PROPERTIES
         settings = {
-            "hk_unit": VLLM_UNIT,
+            "hk_unit": unit_of(plan.instance),
             "hk_wait": str(wait),
             "hk_mark": MARKER,
             "hk_ready": _READY,
             "hk_interval": str(POLL_INTERVAL_S),
-            "hk_properties": " ".join(UNIT_PROPERTIES),
+            "hk_properties": " ".join(properties),
         }
+        probe = readiness_probe_command(plan.host, plan.port, env_file_of(plan.instance))
         parts += [f"{name}={shlex.quote(value)}" for name, value in settings.items()]
-        parts += [SHOW_FUNCTIONS, f"hk_ready_probe() {{ {readiness_probe_command(plan.host, plan.port)}; }}",
-                  host_file("verify_readiness.sh")]
-        parts += [_mark("watchdog"), WatchdogFact().command()]
+        parts += [SHOW_FUNCTIONS, f"hk_ready_probe() {{ {probe}; }}", host_file("verify_readiness.sh")]
+        if plan.instance is None:  # a host with instances has no watchdog yet (INSTANCES_NOT_WATCHED)
+            parts += [_mark("watchdog"), WatchdogFact().command()]
     parts.append("true")
     return "\n".join(parts)
 

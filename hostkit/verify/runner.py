@@ -21,7 +21,8 @@ from hostkit.facts.snapshot import HostSnapshot, HostSnapshotFact
 from hostkit.plan.snapshot_facts import planning_facts
 from hostkit.plan.planner import PlanError, plan_host
 from hostkit.plan.scope import snapshot_scope
-from hostkit.verify.checks import CheckResult, check_host
+from hostkit.facts.vllm_service import ServiceTarget, VllmServiceFact, unit_of
+from hostkit.verify.checks import CheckResult, InstanceReadings, check_host
 from hostkit.verify.probes import Probes, parse_probes, probe_command
 from hostkit.verify.targets import Target, attach_paramiko, write_ssh_config
 
@@ -91,6 +92,7 @@ class HostReadings:
     probes: Probes | None  # None when no plan could be made, so nothing was probed
     plan: Any  # HostPlan | None
     plan_error: str | None
+    instances: dict[str, InstanceReadings] = field(default_factory=dict)  # vllm_instances by name
 
 
 def read_host(shell: RemoteShell, name: str, profile: Any, ready_timeout_s: int | None = None) -> HostReadings:
@@ -100,9 +102,27 @@ def read_host(shell: RemoteShell, name: str, profile: Any, ready_timeout_s: int 
         plan = plan_host(profile, planning_facts(snapshot), host_name=name)
     except PlanError as error:
         return HostReadings(snapshot, None, None, str(error))
-    wait = plan.vllm.ready_timeout_s if ready_timeout_s is None else ready_timeout_s
-    probes = parse_probes(shell.run(probe_command(plan.vllm, ready_timeout_s), "probe", COMMAND_S + wait))
-    return HostReadings(snapshot, probes, plan, None)
+    if plan.instances:
+        instances = {name: read_instance(shell, server, ready_timeout_s, kernel_log=index == 0)
+                     for index, (name, server) in enumerate(plan.instances.items())}
+        return HostReadings(snapshot, next(iter(instances.values())).probes, plan, None, instances)
+    return HostReadings(snapshot, _probe(shell, plan.vllm, ready_timeout_s, "probe"), plan, None)
+
+
+def _probe(shell: RemoteShell, plan: Any, ready_timeout_s: int | None, what: str, kernel_log: bool = True) -> Probes:
+    wait = plan.ready_timeout_s if ready_timeout_s is None else ready_timeout_s
+    return parse_probes(shell.run(probe_command(plan, ready_timeout_s, kernel_log), what, COMMAND_S + wait))
+
+
+def read_instance(shell: RemoteShell, plan: Any, ready_timeout_s: int | None, kernel_log: bool) -> InstanceReadings:
+    """One of vllm_instances: its service fact (the one the deploy reads), then its probes; two
+    remote commands, named by its unit."""
+    fact = VllmServiceFact()
+    unit = unit_of(plan.instance)
+    # The target the deploy's operation asks the fact for (operations.vllm_service.service_target).
+    target = ServiceTarget(plan.user, plan.argv[0], plan.host, plan.port, plan.instance)
+    service = fact.process(shell.run(fact.command(target=target), f"{unit} service"))
+    return InstanceReadings(service, _probe(shell, plan, ready_timeout_s, f"{unit} probe", kernel_log))
 
 
 def verify_host(name: str, host: Any, profile: Any, ready_timeout_s: int | None = None) -> HostReport:
@@ -121,7 +141,8 @@ def verify_host(name: str, host: Any, profile: Any, ready_timeout_s: int | None 
         else:
             report.warnings = list(readings.plan.warnings)
             try:
-                report.checks = check_host(profile, readings.plan, readings.snapshot, readings.probes)
+                report.checks = check_host(profile, readings.plan, readings.snapshot, readings.probes,
+                                           readings.instances)
             except Exception as error:  # a bug must not cost the other hosts their reports
                 report.error = f"checking failed: {type(error).__name__}: {error}"
     report.remote_commands = shell.commands

@@ -37,7 +37,6 @@ import paramiko
 from hostkit.fleet.connectors import is_local, uses_ssh
 from hostkit.fleet.inventory import SshSettings
 from hostkit.profile.host_profile import HostProfile
-from hostkit.profile.instances import NOT_YET_DEPLOYED, hosts_with_instances
 from hostkit.profile.validation import ProfileError, validate_inventory
 
 CONNECT_TIMEOUT_S = 30
@@ -146,9 +145,6 @@ def targets_from_hosts(hosts: Sequence[tuple[str, dict[str, Any]]]) -> list[Targ
         profiles = validate_inventory(hosts)
     except ProfileError as error:
         raise InventoryError(f"invalid inventory data:\n{error}") from None
-    several = hosts_with_instances(profiles)
-    if several:
-        raise InventoryError(f"{', '.join(several)}: {NOT_YET_DEPLOYED}")
     return [Target(name, dict(data), profiles[name]) for name, data in hosts]
 
 

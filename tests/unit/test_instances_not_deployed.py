@@ -1,5 +1,5 @@
-"""A host with vllm_instances is planned and deployed, but not verified or rolled out by this
-version: each of those refuses it, saying so, before any host is touched; the deploy takes it."""
+"""A host with vllm_instances is planned, deployed and verified, but not rolled out by this
+version: rollout refuses it, saying so, before any host is touched; the deploy and verify take it."""
 
 from types import SimpleNamespace
 
@@ -8,9 +8,9 @@ import pytest
 from hostkit import deploy
 from hostkit.fleet.pyinfra_runner import write_inventory
 from hostkit.rollout import rollout
-from hostkit.verify.targets import InventoryError, targets_from_hosts
+from hostkit.verify.targets import targets_from_hosts
 
-SAYS = "gpu-8: several instances are deployed but not yet verified or rolled out by this version: see `hostkit plan`"
+SAYS = "gpu-8: several instances are deployed and verified but not yet rolled out by this version: see `hostkit plan`"
 TWO = {"vllm_model": "Qwen/Qwen2.5-0.5B-Instruct", "gpu_required": False,
        "vllm_instances": {"a": {"gpus": [0]}, "b": {"gpus": [1], "vllm_port": 8001}}}
 
@@ -22,9 +22,9 @@ def test_the_deploy_takes_it(monkeypatch):
     assert sorted(deploy.inventory_profiles()["gpu-8"].vllm_instances) == ["a", "b"]
 
 
-def test_verify_refuses_it():
-    with pytest.raises(InventoryError, match=SAYS.replace("`", ".")):
-        targets_from_hosts([("gpu-8", TWO)])
+def test_verify_takes_it():
+    [target] = targets_from_hosts([("gpu-8", TWO)])
+    assert sorted(target.profile.vllm_instances) == ["a", "b"]
 
 
 def test_rollout_refuses_it(tmp_path):

@@ -1,0 +1,94 @@
+"""verify of a host with vllm_instances (issue 35): each instance's probe looks at its own unit,
+env file and port; its checks (unit, active, readiness, env file, GPUs by UUID) carry its unit's
+name; the host's checks come once; the API key is never in a check's text."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from hostkit.desired.digest import text_sha256
+from hostkit.desired.vllm_unit import memory_directives
+from hostkit.facts.kernel_log import KernelLog
+from hostkit.paths import VLLM_ENV_FILE, VLLM_UNIT
+from hostkit.verify.checks import InstanceReadings, check_host, instance_checks
+from hostkit.verify.probes import Probes, Readiness, VllmProcess, probe_command
+from hostkit.vllm.readiness import Probe
+from hostkit.profile.validation import profile_from_data
+from tests.unit.test_instances_plan import QWEN7, UUID
+from tests.unit.test_verify_checks import observed
+from tests.unit.test_vllm_instances_deploy import SECRET, TWO, converged, plan
+
+CLEAN_LOG = KernelLog(source="journalctl")
+
+
+@pytest.fixture(scope="module")
+def host_plan():
+    return plan(TWO, vllm_api_key=SECRET)
+
+
+def serving(p, **unit) -> Probes:
+    """The probes of an instance that serves as planned."""
+    shown = {"LoadState": "loaded", "ActiveState": "active", "SubState": "running", "UnitFileState": "enabled",
+             "NeedDaemonReload": "no", "MainPID": "42",
+             "Environment": f"CUDA_VISIBLE_DEVICES={','.join(p.gpu_uuids)} HF_HOME=/x",
+             **{name: str(value) for name, value in memory_directives(p)}, **unit}
+    return Probes(ooms=CLEAN_LOG, unit=shown,
+                  readiness=Readiness(Probe(200, "", 200, (p.served_model_name,)), "ready", 1, 0),
+                  process=VllmProcess(42, tuple(p.argv), 999, p.user, text_sha256(SECRET)))
+
+
+def test_an_instances_probe_looks_at_its_unit_env_file_and_port_without_the_watchdog(host_plan):
+    b = host_plan.instances["b"]
+    script = probe_command(b, kernel_log=False)
+    assert "hk_unit=vllm@b.service" in script and "/etc/vllm-hostkit/vllm@b.env" in script
+    assert " 8001 " in script and "Environment" in script
+    assert "@@hostkit-probe:watchdog@@" not in script and "@@hostkit-probe:oom@@" not in script
+    assert "@@hostkit-probe:oom@@" in probe_command(b)
+
+
+def test_vllm_services_probe_is_as_before(host_plan):
+    classic = host_plan.instances["a"].model_copy(update={"instance": None, "gpu_indices": [], "gpu_uuids": []})
+    script = probe_command(classic)
+    assert f"hk_unit={VLLM_UNIT}" in script and VLLM_ENV_FILE in script
+    assert "@@hostkit-probe:watchdog@@" in script and "Environment" not in script
+
+
+def test_a_serving_instance_passes_each_check_named_by_its_unit(host_plan):
+    a = host_plan.instances["a"]
+    results = instance_checks(a, converged(a), serving(a), "gpu-8")
+    assert [r for r in results if not r.ok] == []
+    names = [r.name for r in results]
+    assert all(name.startswith("vllm@a.service ") for name in names)
+    for check in ("unit active", "unit file", "environment file", "ready (/health)", "serves the model (/v1/models)",
+                  "API key in effect", "GPUs"):
+        assert f"vllm@a.service {check}" in names
+    gpus = next(r for r in results if r.name == "vllm@a.service GPUs")
+    assert gpus.expected == f"CUDA_VISIBLE_DEVICES={UUID.format(0)},{UUID.format(1)}"
+    assert "vllm@a.env" in next(r for r in results if r.name == "vllm@a.service environment file").expected
+    assert not any(SECRET in r.message() + r.expected + r.actual + r.fix for r in results)
+
+
+def test_a_wrong_gpu_or_a_wrong_env_mode_fails_that_instance(host_plan):
+    b = host_plan.instances["b"]
+    swapped = serving(b, Environment=f"CUDA_VISIBLE_DEVICES={UUID.format(0)}")
+    loose = dataclasses.replace(converged(b), env_stat=dataclasses.replace(converged(b).env_stat, mode="644"))
+    failed = {r.name for r in instance_checks(b, loose, swapped, "gpu-8") if not r.ok}
+    assert failed == {"vllm@b.service GPUs", "vllm@b.service environment file"}
+
+
+def test_host_checks_come_once_and_a_stopped_instance_fails_alone(host_plan):
+    readings = {name: InstanceReadings(converged(p), serving(p)) for name, p in host_plan.instances.items()}
+    stopped = serving(host_plan.instances["b"], ActiveState="inactive", SubState="dead")
+    readings["b"] = InstanceReadings(readings["b"].service, dataclasses.replace(stopped, process=None))
+    _, _, snapshot, _ = observed("converged")  # a lab host's snapshot: its host-level sections
+    profile = profile_from_data("gpu-8", {"vllm_model": QWEN7, "vllm_instances": TWO})
+    results = check_host(profile, host_plan, snapshot, readings["a"].probes, readings)
+    names = [r.name for r in results]
+    for host_level in ("no OOM kills since boot", "collector installed"):
+        assert names.count(host_level) == 1
+    assert not any(name.startswith(("unit ", "release", "health watchdog")) for name in names)
+    instance_failures = {r.name for r in results if not r.ok and r.name.startswith("vllm@")}
+    assert instance_failures == {"vllm@b.service unit active", "vllm@b.service server process"}
+    assert {n.split()[0] for n in names if n.startswith("vllm@")} == {"vllm@a.service", "vllm@b.service"}
