@@ -6,10 +6,14 @@ After a deploy of this module's data (node_exporter on, a 5 s collector interval
 MemoryMax with no MemoryHigh and no swap for the unit, so an overrun is killed at once) on each
 host it uses: on the shared container host (`main_container`, systemd only, native speed) the
 deploy converges, verify passes the monitoring checks (the textfile, node_exporter, the
-timer) and the collector's cost is measured; on the shared `main_host` VM, whose kernel
-enforces MemoryMax (a container's memory limits are its host's), a memory hog inside the vLLM
-unit's cgroup holds it above 90% of MemoryMax until HostkitVllmMemoryPeakNearLimit fires,
-and grows until the OOM killer kills it, which fires HostkitVllmOomKill and HostkitHostOomKill.
+timer), Prometheus scrapes node_exporter and the stand-in, and the collector's cost is
+measured; on the shared `main_host` VM, whose kernel enforces MemoryMax (a container's memory
+limits are its host's), a memory hog inside the vLLM unit's cgroup holds it above 90% of
+MemoryMax until HostkitVllmMemoryPeakNearLimit fires, and grows until the OOM killer kills it,
+which fires HostkitVllmOomKill and HostkitHostOomKill. On the VM the deploy leaves
+node_exporter out (its apt install took about 130 s of the VM's time under qemu TCG) and
+Prometheus reads the collector's file as node_exporter's textfile collector would, served as
+it is (TEXTFILE_SERVER): node_exporter's relaying of that file is the container's test.
 The rules are the shipped file with each `for:` shortened to 10 s: the expressions and
 thresholds are the shipped ones.
 """
@@ -40,6 +44,7 @@ from tests.waiting import wait_for
 pytestmark = pytest.mark.lab
 
 MIB = 2**20
+MONITORING_TEXTFILE_DIR = "/var/lib/prometheus/node-exporter"  # the profile's default
 MEMORY_MAX_MIB = 256
 MONITOR_DATA = {
     "vllm_served_model_name": "lab-model",
@@ -51,6 +56,25 @@ MONITOR_DATA = {
     "monitoring_node_exporter": True,
     "monitoring_interval_s": 5,
 }
+# On the VM: node_exporter's part, done by the container's test, is left out of the deploy.
+VM_DATA = {"monitoring_node_exporter": False}
+# The collector's file over HTTP for Prometheus on the VM, as node_exporter re-exposes it: the
+# exposition text as it is, with the exposition format's content type.
+TEXTFILE_SERVER = """
+import http.server, sys
+port, path = int(sys.argv[1]), sys.argv[2]
+class Handler(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = open(path, "rb").read()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain; version=0.0.4")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *args):
+        pass
+http.server.ThreadingHTTPServer(("127.0.0.1", port), Handler).serve_forever()
+"""
 COLLECTOR_ARGS = ("--textfile-dir /tmp/hostkit-cost --unit vllm.service --interval 5 "
                   "--health-url http://127.0.0.1:8000/health --state-dir /tmp/hostkit-cost")
 
@@ -83,11 +107,11 @@ def exposed(text: str) -> dict[str, float]:
 @pytest.fixture(scope="module")
 def monitored(request, tmp_path_factory):
     """(lab host, inventory, rerun): the host of the parameter ("container" or "vm") deployed with
-    MONITOR_DATA; on the container deployed again, the second run's output (None on the VM,
-    whose test needs no rerun: test_main_deploy.py's proves the VM's no-change rerun)."""
+    MONITOR_DATA (and VM_DATA on the VM); on the container deployed again, the second run's output
+    (None on the VM, whose test needs no rerun: test_main_deploy.py's proves the VM's no-change rerun)."""
     lab_host = main_host_for(request)
-    inventory = lab_inventory(tmp_path_factory.mktemp(f"monitoring-{request.param}") / "inventory.py", lab_host,
-                              MONITOR_DATA)
+    data = {**MONITOR_DATA, **(VM_DATA if request.param == "vm" else {})}
+    inventory = lab_inventory(tmp_path_factory.mktemp(f"monitoring-{request.param}") / "inventory.py", lab_host, data)
     first = run_pyinfra(inventory, MAIN_DEPLOY, cwd=REPO)
     assert first.ok, first.output[-4000:]
     assert "vLLM host | Memory monitoring" in first.changed
@@ -171,9 +195,10 @@ JOB_PORTS = {"node": 9100, "vllm": 8000}
 
 
 @contextmanager
-def prometheus(tmp_path: Path, host_name: str, targets: dict[str, str]):
+def prometheus(tmp_path: Path, host_name: str, targets: dict[str, str], paths: dict[str, str] | None = None):
     """A Prometheus server on loopback, scraping each job's URL every 5 s, with the shipped rules;
-    the targets' `instance` is the lab host's name and the port on it, not the forwarded port.
+    the targets' `instance` is the lab host's name and the port on it, not the forwarded port;
+    a job's metrics path is its entry in `paths`, /metrics otherwise.
 
     Not every 2 s: the scrape timeout is at most the interval. In CI under load (2026-12-02) the
     node target's series went stale and no alert fired; the likely cause, not yet measured, is a
@@ -183,8 +208,9 @@ def prometheus(tmp_path: Path, host_name: str, targets: dict[str, str]):
         "global": {"scrape_interval": "5s", "scrape_timeout": "5s", "evaluation_interval": "2s"},
         "rule_files": [str(rules)],
         "scrape_configs": [
-            {"job_name": job, "static_configs": [{"targets": [urllib.parse.urlparse(url).netloc],
-                                                  "labels": {"instance": f"{host_name}:{JOB_PORTS[job]}"}}]}
+            {"job_name": job, "metrics_path": (paths or {}).get(job, "/metrics"),
+             "static_configs": [{"targets": [urllib.parse.urlparse(url).netloc],
+                                 "labels": {"instance": f"{host_name}:{JOB_PORTS[job]}"}}]}
             for job, url in targets.items()
         ],
     })
@@ -197,23 +223,46 @@ def last_scrapes(base: str) -> list[tuple]:
             for t in api(base, "targets")["activeTargets"]]
 
 
+def scraping(stack: ExitStack, lab_host, tmp_path: Path, node_path: str = "/metrics") -> str:
+    """Prometheus scraping the host's port 9100 (at `node_path`) as job node and the stand-in as
+    job vllm, both up, hostkit_vllm_up scraped and the stand-in's model named; its URL."""
+    node_url = stack.enter_context(forwarded(lab_host, 9100))
+    vllm_url = stack.enter_context(forwarded(lab_host, 8000))
+    base = stack.enter_context(prometheus(tmp_path, lab_host.name, {"node": node_url, "vllm": vllm_url},
+                                          {"node": node_path}))
+    wait_for(lambda: {job for job, health, *_ in last_scrapes(base) if health == "up"}
+             == {"node", "vllm"}, 120, "both scrape targets up", interval=2, ignoring=OSError)
+    wait_for(lambda: api(base, "query", query="hostkit_vllm_up")["result"], 30, "hostkit_vllm_up scraped",
+             interval=2, ignoring=OSError)
+    standin = api(base, "query", query='vllm:num_requests_running{job="vllm"}')["result"]
+    assert standin and standin[0]["metric"]["model_name"] == "lab-model"
+    return base
+
+
+@ON_CONTAINER
+def test_prometheus_scrapes_node_exporter_and_the_standin(monitored, tmp_path):
+    lab_host = monitored[0]
+    with ExitStack() as stack:
+        base = scraping(stack, lab_host, tmp_path)
+        up = api(base, "query", query='hostkit_vllm_up{job="node"}')["result"]
+        assert up and up[0]["value"][1] == "1" and up[0]["metric"]["instance"] == f"{lab_host.name}:9100", up
+        # node_exporter's own series beside the textfile's: the node job is node_exporter.
+        assert api(base, "query", query='node_textfile_scrape_error{job="node"}')["result"]
+
+
 @ON_VM
 def test_alerts_fire_on_a_memory_overrun_in_the_unit(monitored, tmp_path):
     lab_host = monitored[0]
     cgroup = sh(lab_host, "systemctl show -p ControlGroup --value vllm.service").strip()
     cgroup_dir = f"/sys/fs/cgroup{cgroup}" if lab_host.cgroup == "v2" else f"/sys/fs/cgroup/memory{cgroup}"
+    textfile = f"{MONITORING_TEXTFILE_DIR}/hostkit.prom"
+    sh(lab_host, f"systemctl stop hostkit-textfile-http 2>/dev/null; systemd-run --quiet --unit=hostkit-textfile-http "
+                 f"python3 -c {shlex.quote(TEXTFILE_SERVER)} 9100 {textfile}")
     with ExitStack() as stack:
-        node_url = stack.enter_context(forwarded(lab_host, 9100))
-        vllm_url = stack.enter_context(forwarded(lab_host, 8000))
-        base = stack.enter_context(prometheus(tmp_path, lab_host.name, {"node": node_url, "vllm": vllm_url}))
-        wait_for(lambda: {job for job, health, *_ in last_scrapes(base) if health == "up"}
-                 == {"node", "vllm"}, 120, "both scrape targets up", interval=2, ignoring=OSError)
-        wait_for(lambda: api(base, "query", query="hostkit_vllm_up")["result"], 30, "hostkit_vllm_up scraped",
-                 interval=2, ignoring=OSError)
+        stack.callback(lambda: lab_host.ssh("systemctl stop hostkit-textfile-http"))
+        base = scraping(stack, lab_host, tmp_path, node_path="/hostkit.prom")
         limit = api(base, "query", query="hostkit_vllm_memory_max_bytes")["result"]
         assert limit and float(limit[0]["value"][1]) == MEMORY_MAX_MIB * MIB, limit
-        standin = api(base, "query", query='vllm:num_requests_running{job="vllm"}')["result"]
-        assert standin and standin[0]["metric"]["model_name"] == "lab-model"
 
         current = int(sh(lab_host, f"cat {cgroup_dir}/memory.current" if lab_host.cgroup == "v2"
                          else f"cat {cgroup_dir}/memory.usage_in_bytes")) // MIB
