@@ -156,8 +156,15 @@ def _lane_count(config) -> int:
     return workers if isinstance(workers, int) and workers > 0 else 1
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist reads the xdist_group marks
+@pytest.hookimpl(wrapper=True)
 def pytest_collection_modifyitems(config, items):
+    """Before the other hooks (xdist reads the xdist_group marks in its own): each end-to-end
+    test's marks and lane. After them (pytest reorders by fixture parameters in its own): the
+    run order, and in each of MAIN_HOST_MODULES the container's tests before the VM's. Their
+    host fixtures are module-scoped and parametrised by host, and pytest's reordering takes a
+    one-value parametrize (["container"], ["vm"]) of two tests for the same parameter (both
+    index 0), so it would leave them interleaved and set each host's fixture up again at every
+    switch."""
     e2e = [item for item in items if "e2e" in Path(str(item.fspath)).parts]
     for item in e2e:
         item.add_marker(pytest.mark.lab)
@@ -168,14 +175,7 @@ def pytest_collection_modifyitems(config, items):
     for item in e2e:
         item.add_marker(pytest.mark.xdist_group(schedule.get(item_group(item), "unscheduled")))
     items.sort(key=run_order)  # stable: file order within each rank
-
-
-@pytest.hookimpl(trylast=True)  # after pytest's own reordering by fixture parameters
-def pytest_collection_modifyitems(config, items):
-    """In each of MAIN_HOST_MODULES, the container's tests before the VM's: their host fixtures
-    are module-scoped and parametrised by host, and pytest's reordering takes a one-value
-    parametrize (["container"], ["vm"]) of two tests for the same parameter (both index 0), so it
-    would leave them interleaved and set each host's fixture up again at every switch."""
+    yield
     items.sort(key=lambda item: (run_order(item), main_host_rank(item)))
 
 
