@@ -6,12 +6,7 @@
 # Run from the checkout's root on the device machine (no network; hostkit and its
 # dependencies installed from wheels in .whl), outputs under $OUT.
 set -u
-OUT=${OUT:?set OUT to a directory}
-LOG=$OUT/run.log
-exec > >(tee "$LOG") 2>&1
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit
-export PYTHONPATH=/tmp/site PATH=/tmp/site/bin:$PATH
-HK="python3 -m hostkit"
+. scripts/device_prelude.sh
 CGROUPS=/sys/fs/cgroup/system.slice
 
 step() { echo; echo "## $*"; }

@@ -20,10 +20,10 @@ import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from hostkit_lab.apt import apt_get
+from tests import exposition_server
 from tests.net import free_port
 
 PACKAGE = "prometheus"
@@ -104,19 +104,7 @@ def firing(base: str, name: str) -> dict | None:
 def exposition_served(text: str) -> Iterator[str]:
     """`text` (a Prometheus text exposition, as a host's collector wrote it) at a loopback URL."""
     body = text.encode()
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self):
-            self.send_response(200)
-            self.send_header("Content-Type", "text/plain; version=0.0.4")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args):
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", free_port()), Handler)
+    server = exposition_server.server(free_port(), lambda: body)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:

@@ -160,11 +160,10 @@ def _lane_count(config) -> int:
 def pytest_collection_modifyitems(config, items):
     """Before the other hooks (xdist reads the xdist_group marks in its own): each end-to-end
     test's marks and lane. After them (pytest reorders by fixture parameters in its own): the
-    run order, and in each of MAIN_HOST_MODULES the container's tests before the VM's. Their
-    host fixtures are module-scoped and parametrised by host, and pytest's reordering takes a
-    one-value parametrize (["container"], ["vm"]) of two tests for the same parameter (both
-    index 0), so it would leave them interleaved and set each host's fixture up again at every
-    switch."""
+    run order, and in each module the container's tests before the VMs'. Host fixtures are
+    module-scoped and parametrised by host, and pytest's reordering takes a one-value
+    parametrize (["container"], ["vm"]) of two tests for the same parameter (both index 0), so
+    it would leave them interleaved and start a container host again at every switch."""
     e2e = [item for item in items if "e2e" in Path(str(item.fspath)).parts]
     for item in e2e:
         item.add_marker(pytest.mark.lab)
@@ -176,14 +175,12 @@ def pytest_collection_modifyitems(config, items):
         item.add_marker(pytest.mark.xdist_group(schedule.get(item_group(item), "unscheduled")))
     items.sort(key=run_order)  # stable: file order within each rank
     yield
-    items.sort(key=lambda item: (run_order(item), main_host_rank(item)))
+    items.sort(key=lambda item: (run_order(item), not on_a_container(item)))
 
 
-def main_host_rank(item) -> int:
-    """0 for the container's tests of MAIN_HOST_MODULES (and any other module's), 1 for the VM's."""
-    if Path(str(item.fspath)).name not in MAIN_HOST_MODULES:
-        return 0
-    return 0 if item_group(item) == MAIN_CONTAINER_GROUP else 1
+def on_a_container(item) -> bool:
+    """Whether the item's host parameter is a container host's."""
+    return "container" in (item.callspec.id.split("-") if hasattr(item, "callspec") else ())
 
 
 class SharedHosts:

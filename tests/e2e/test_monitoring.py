@@ -35,6 +35,7 @@ from hostkit.plan.scope import snapshot_scope
 from hostkit.facts.monitoring import MonitoringFact
 from hostkit.profile.validation import profile_from_data
 from hostkit.fleet.pyinfra_runner import run_pyinfra
+from tests import exposition_server
 from tests.e2e.conftest import MAIN_DEPLOY, REPO, lab_data, lab_inventory, main_host_for
 from tests.e2e.test_doctor_smoke import forwarded, hostkit
 from tests.e2e.vllm_unit import sh
@@ -58,23 +59,8 @@ MONITOR_DATA = {
 }
 # On the VM: node_exporter's part, done by the container's test, is left out of the deploy.
 VM_DATA = {"monitoring_node_exporter": False}
-# The collector's file over HTTP for Prometheus on the VM, as node_exporter re-exposes it: the
-# exposition text as it is, with the exposition format's content type.
-TEXTFILE_SERVER = """
-import http.server, sys
-port, path = int(sys.argv[1]), sys.argv[2]
-class Handler(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):
-        body = open(path, "rb").read()
-        self.send_response(200)
-        self.send_header("Content-Type", "text/plain; version=0.0.4")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-    def log_message(self, *args):
-        pass
-http.server.ThreadingHTTPServer(("127.0.0.1", port), Handler).serve_forever()
-"""
+# The collector's file over HTTP for Prometheus on the VM, as node_exporter re-exposes it.
+TEXTFILE_SERVER = Path(exposition_server.__file__).read_text()
 COLLECTOR_ARGS = ("--textfile-dir /tmp/hostkit-cost --unit vllm.service --interval 5 "
                   "--health-url http://127.0.0.1:8000/health --state-dir /tmp/hostkit-cost")
 
