@@ -2,12 +2,13 @@
 # Two vLLM instances on one GPU (issue 35; run on the device tool's H200 kind): each planned with half of the GPU
 # (gpu_memory_utilization 0.4) and its memory told from its sibling's and an outsider's by
 # cgroup. PyTorch holders stand in for the serving engines, each moved into its instance's
-# cgroup (/system.slice/vllm@NAME.service, made by hand: the device machine has no systemd).
+# cgroup, made by hand where systemd puts it (/system.slice/system-vllm.slice/vllm@NAME.service:
+# a template instance's slice; the device machine has no systemd).
 # Run from the checkout's root on the device machine (no network; hostkit and its
 # dependencies installed from wheels in .whl), outputs under $OUT.
 set -u
 . scripts/device_prelude.sh
-CGROUPS=/sys/fs/cgroup/system.slice
+CGROUPS=/sys/fs/cgroup/system.slice/system-vllm.slice
 
 step() { echo; echo "## $*"; }
 held_pids() { nvidia-smi --query-compute-apps=pid --format=csv,noheader | tr -d ' '; }

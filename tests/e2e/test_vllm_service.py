@@ -19,9 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from hostkit.paths import WATCHDOG_UNIT
+from hostkit.paths import WATCHDOG_UNIT, vllm_instance_env_file, vllm_instance_unit
 from hostkit.vllm.readiness import Probe, probe_command
 from tests.e2e.conftest import RELEASE_HOSTS, release_host
+from tests.e2e.test_instances import DEPLOY as INSTANCES_DEPLOY, FAKE_NVIDIA_SMI, NVIDIA_SMI
 from tests.e2e.lab_shell import sh
 from hostkit_lab.standin.install import install_standin
 from tests.waiting import wait_for
@@ -312,3 +313,56 @@ def test_security_exposure_is_at_most_2_5(vllm_host, run_deploy):
     exposure = float(re.search(r"Overall exposure level for vllm\.service: ([\d.]+)", report).group(1))
     print(json.dumps({"host": vllm_host.name, "cgroup": vllm_host.cgroup, "exposure": exposure}))
     assert exposure <= 2.5, report
+
+
+# Two instances on the Debian 13 VM (cgroup v2), last on that host: each its own MemoryMax,
+# enforced by the kernel; a process that outgrows instance a's is killed inside a's cgroup, a
+# comes back by itself (OOMPolicy=stop, then Restart=), and b serves throughout, not restarted.
+TWO_INSTANCES = {name: {"gpus": [index], "vllm_port": 8000 + index, "vllm_served_model_name": f"lab-{name}",
+                        "vllm_memory_max": "256M", "vllm_memory_high": None}
+                 for index, name in enumerate(("a", "b"))}
+# Moves itself into the cgroup given, then holds MiB until the kernel kills it.
+CGROUP_HOG = """
+import sys, time
+with open(sys.argv[1] + "/cgroup.procs", "w") as procs:
+    procs.write("0")
+held = []
+while True:
+    held.append(bytearray(b"x" * 2**20))
+    if len(held) % 64 == 0:
+        time.sleep(0.1)
+"""
+
+
+@pytest.mark.parametrize("vllm_host", ["v2"], indirect=True)
+def test_an_oom_in_one_instance_leaves_the_other_serving(vllm_host, run_deploy):
+    sh(vllm_host, f"cat >{FAKE_NVIDIA_SMI} <<'EOF'\n{NVIDIA_SMI}EOF\nchmod 755 {FAKE_NVIDIA_SMI}")
+    run = run_deploy(vllm_host, {**BASE, "vllm_instances": TWO_INSTANCES}, deploy=INSTANCES_DEPLOY)
+    assert run.ok, run.output[-6000:]
+    units = {name: vllm_instance_unit(name) for name in TWO_INSTANCES}
+    cgroups = {name: sh(vllm_host, f"systemctl show -p ControlGroup --value {unit}").strip()
+               for name, unit in units.items()}
+    for name, cgroup in cgroups.items():
+        assert sh(vllm_host, f"cat /sys/fs/cgroup{cgroup}/memory.max").strip() == str(256 * 2**20), cgroup
+    before = {name: sh(vllm_host, f"systemctl show -p MainPID,ActiveEnterTimestamp {unit}")
+              for name, unit in units.items()}
+    sshd_before = sh(vllm_host, "systemctl show -p MainPID --value ssh.service").strip()
+    sh(vllm_host, "dmesg -C")
+    started = time.monotonic()
+    sh(vllm_host, f"systemd-run --quiet --no-block --unit=hostkit-instance-hog python3 -c {shlex.quote(CGROUP_HOG)} "
+                  f"/sys/fs/cgroup{cgroups['a']}")
+    assert wait_for(lambda: f"oom_memcg={cgroups['a']}" in sh(vllm_host, "dmesg"), 120, interval=2), \
+        f"no OOM kill in {cgroups['a']}"
+    assert not re.search(r"\] Out of memory: Killed process", sh(vllm_host, "dmesg"))  # none system-wide
+    back = wait_for(lambda: (sh(vllm_host, f"systemctl show -p MainPID,ActiveEnterTimestamp {units['a']}") != before["a"]
+                             and instance_probe(vllm_host, "a").serves("lab-a")), 180, interval=3)
+    assert back, f"{units['a']} did not serve again by itself"
+    print(json.dumps({"test": "instance_oom", "serving_again_s": round(time.monotonic() - started, 1)}))
+    assert sh(vllm_host, f"systemctl show -p MainPID,ActiveEnterTimestamp {units['b']}") == before["b"]
+    assert instance_probe(vllm_host, "b").serves("lab-b")
+    assert sh(vllm_host, "systemctl show -p MainPID --value ssh.service").strip() == sshd_before
+
+
+def instance_probe(lab_host, name: str) -> Probe:
+    output = sh(lab_host, probe_command("0.0.0.0", TWO_INSTANCES[name]["vllm_port"], vllm_instance_env_file(name)))
+    return Probe.parse(output.strip())
