@@ -123,7 +123,7 @@ def run_rollout(
     limited = models is not None or bool(instances)
     rollout.report.max_unavailable = str(settings.max_unavailable) if limited else None
     pending = rollout.resume(ordered, previous)
-    rollout.plan_batches(pending, models if limited else None)
+    rollout.plan_batches(pending, (models or {}) if limited else None)
     for batch in rollout.report.batches:
         if not rollout.roll(batch):
             return rollout.report
