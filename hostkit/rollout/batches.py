@@ -145,9 +145,10 @@ DEFAULT_MAX_UNAVAILABLE = "25%"
 
 @dataclass(frozen=True)
 class MaxUnavailable:
-    """How many hosts of one served model a batch may take out of service at once.
+    """How many endpoints of one served model (hosts, or instances: hostkit.rollout.endpoints)
+    a batch may take out of service at once.
 
-    A percentage is of that model's hosts in the rollout, rounded down but at least 1:
+    A percentage is of that model's endpoints in the rollout, rounded down but at least 1:
     `25%` of 3 hosts is 1, of 8 hosts 2.
     """
 
