@@ -30,7 +30,7 @@ def _release(record: HostRecord) -> str:
 def _endpoint_row(record: HostRecord, endpoint: EndpointRecord, dry: bool) -> tuple[str, ...]:
     """One of a host's instances under the host's row: whether it changes, its gate checks."""
     if dry or record.state == "untouched":
-        state = "restarts" if endpoint.restarts else "no change"
+        state = "restarts" if endpoint.restarts else "unchanged"
     else:
         state = "changed" if endpoint.changed else "unchanged"
     checks = [check for check in (record.gate.checks if record.gate else ())

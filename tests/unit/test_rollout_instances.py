@@ -306,3 +306,14 @@ def test_rollout_of_an_inventory_with_instances_dry_runs_them_first(tmp_path):
     assert [(e.unit, e.restarts) for e in report.host("gpu-8").endpoints] == [("vllm@a.service", False),
                                                                              ("vllm@b.service", True)]
     assert os.path.exists(tmp_path / "r.json")
+
+
+def test_a_dry_rollout_shows_which_instances_would_restart(tmp_path):
+    fleet = InstanceFleet(TWO_BY_TWO, {"h1": ["b"], "h2": ["a", "b"]})
+    report, lines = roll(fleet, tmp_path, ["h1", "h2"], dry=True)
+    assert all(dry for _, dry in fleet.calls) and fleet.seen == []
+    assert [batch.hosts for batch in report.batches] == [["h1"], ["h2"]]
+    rows = table_rows(report)
+    assert rows["h1/vllm@a.service"][0] == "unchanged" and rows["h1/vllm@b.service"][0] == "restarts"
+    assert "  h1: would change: vLLM host | Kernel memory sysctls, vLLM host | vLLM unit vllm@b.service, " \
+           "vLLM host | vLLM readiness gate of vllm@b.service" in lines
