@@ -34,7 +34,7 @@ with open(log, "a", buffering=1) as out:
             request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", body,
                                              {"Authorization": f"Bearer {key}", "Content-Type": "application/json"})
             try:
-                with urllib.request.urlopen(request, timeout=2) as answer:
+                with urllib.request.urlopen(request, timeout=5) as answer:
                     ok = answer.status == 200
             except OSError:
                 ok = False
