@@ -21,8 +21,9 @@ from hostkit.rollout.render import summary_table
 @click.option("--max-failed", default="0", show_default=True,
               help="Failed hosts tolerated over the whole rollout: a count, or a percentage of the hosts.")
 @click.option("--max-unavailable", default="25%", show_default=True,
-              help="Hosts of one served model that a batch may take out of service at once: a count, or a"
-                   " percentage of that model's hosts (rounded down, at least 1). Splits --batches further.")
+              help="Endpoints of one served model (hosts, or instances of vllm_instances) that a batch may"
+                   " take out of service at once: a count, or a percentage of that model's endpoints (rounded"
+                   " down, at least 1). Splits --batches further.")
 @click.option("--gate", type=click.Choice(["verify", "ready", "none"]), default="verify", show_default=True,
               help="After each batch: verify = hostkit verify + readiness + a completion; ready = readiness + a completion.")
 @click.option("--gate-timeout", type=float, default=None,

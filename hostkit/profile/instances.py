@@ -25,10 +25,6 @@ HOST_ONLY = {
     "vllm_enabled": f"an instance in {INSTANCES_KEY} runs; leave it out of {INSTANCES_KEY} to run it no more",
 }
 KEYS_ALLOWED = f"{GPUS_KEY} or vllm_* keys other than {', '.join(HOST_ONLY)}"
-# What rollout says for a host with instances, which the deploy runs and verify, doctor and
-# smoke check, but rollout does not roll out yet.
-NOT_YET_DEPLOYED = ("several instances are deployed and verified but not yet rolled out by this version:"
-                    " see `hostkit plan`")
 
 
 def key_path(instance: str, field: str = "") -> str:
@@ -93,7 +89,3 @@ def merged(data: Mapping[str, Any]) -> Mapping[str, Any]:
     }
     return {**data, INSTANCES_KEY: laid}
 
-
-def hosts_with_instances(profiles: Mapping[str, Any]) -> list[str]:
-    """The hosts whose profile plans several instances, which rollout refuses yet."""
-    return [name for name, profile in profiles.items() if profile.vllm_instances]

@@ -1,7 +1,8 @@
 """`hostkit rollout`: a new configuration onto a fleet, batch by batch, behind a health gate.
 
 A canary batch first, then the rest in a fixed order, never more than --max-unavailable
-of one served model's hosts at once; each host drained first when its data says how
+of one served model's endpoints (hosts, or instances of vllm_instances: hostkit.rollout.endpoints)
+down at once; each host drained first when its data says how
 (hostkit.rollout.drain); after each batch the hosts must pass verification, readiness
 and one real completion, and are undrained. A batch that fails stops the
 rollout, leaving later hosts untouched; the JSON report says which host is done,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
@@ -145,9 +145,10 @@ DEFAULT_MAX_UNAVAILABLE = "25%"
 
 @dataclass(frozen=True)
 class MaxUnavailable:
-    """How many hosts of one served model a batch may take out of service at once.
+    """How many endpoints of one served model (hosts, or instances: hostkit.rollout.endpoints)
+    a batch may take out of service at once.
 
-    A percentage is of that model's hosts in the rollout, rounded down but at least 1:
+    A percentage is of that model's endpoints in the rollout, rounded down but at least 1:
     `25%` of 3 hosts is 1, of 8 hosts 2.
     """
 
@@ -184,23 +185,39 @@ def limit_unavailable(batches: Sequence[Sequence[str]], models: Mapping[str, str
                       max_unavailable: MaxUnavailable) -> list[list[str]]:
     """`batches` split further, in order, so that no batch holds more than
     `max_unavailable` of one served model's hosts (`models`: host -> served model name;
-    None: serves nothing, no limit). Each host goes into the first part of its batch with
-    room for one more host of its model, else into a new part at the end."""
-    totals: dict[str | None, int] = {}
-    for batch in batches:
-        for name in batch:
-            totals[models.get(name)] = totals.get(models.get(name), 0) + 1
-    limits = {model: max_unavailable.limit(total) for model, total in totals.items() if model is not None}
+    None: serves nothing, no limit)."""
+    down = {name: {} if models.get(name) is None else {models[name]: 1} for batch in batches for name in batch}
+    return limit_down(batches, down, model_limits(down.values(), max_unavailable))
+
+
+def model_limits(served: Iterable[Mapping[str, int]], max_unavailable: MaxUnavailable) -> dict[str, int]:
+    """Per model, how many of its endpoints may be out of service at once: `max_unavailable` of
+    all of them (`served`: per host, model -> how many endpoints of it the host serves)."""
+    totals: dict[str, int] = {}
+    for counts in served:
+        for model, count in counts.items():
+            totals[model] = totals.get(model, 0) + count
+    return {model: max_unavailable.limit(total) for model, total in totals.items()}
+
+
+def limit_down(batches: Sequence[Sequence[str]], down: Mapping[str, Mapping[str, int]],
+               limits: Mapping[str, int]) -> list[list[str]]:
+    """`batches` split further, in order, so that no batch takes more than `limits[model]` of
+    a model's endpoints out of service at once (`down`: host -> model -> how many endpoints of
+    it the host's deploy takes down at once). Each host goes into the first part of its batch
+    with room for its own, else into a new part at the end."""
     split: list[list[str]] = []
     for batch in batches:
-        parts: list[list[str]] = []
+        parts: list[tuple[list[str], dict[str, int]]] = []
         for name in batch:
-            model = models.get(name)
-            part = next((part for part in parts if model is None
-                         or sum(models.get(other) == model for other in part) < limits[model]), None)
+            wanted = down.get(name, {})
+            part = next((part for part in parts
+                         if all(part[1].get(model, 0) + count <= limits[model] for model, count in wanted.items())), None)
             if part is None:
-                part = []
+                part = ([], {})
                 parts.append(part)
-            part.append(name)
-        split.extend(parts)
+            part[0].append(name)
+            for model, count in wanted.items():
+                part[1][model] = part[1].get(model, 0) + count
+        split.extend(names for names, _ in parts)
     return split

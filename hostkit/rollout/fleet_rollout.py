@@ -6,7 +6,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 from hostkit.fleet.inventory import load_inventory
-from hostkit.profile.instances import NOT_YET_DEPLOYED, hosts_with_instances
 from hostkit.profile.validation import validate_inventory
 from hostkit.rollout.batches import (
     DEFAULT_MAX_UNAVAILABLE,
@@ -16,6 +15,7 @@ from hostkit.rollout.batches import (
     parse_max_unavailable,
 )
 from hostkit.rollout.drain import Drainer
+from hostkit.rollout.endpoints import instance_models
 from hostkit.rollout.engine import Deployer, Drain, Gate, RolloutSettings, run_rollout
 from hostkit.rollout.gate import ServiceGate, VerifyGate
 from hostkit.rollout.pyinfra_batch import PyinfraBatchDeployer
@@ -46,7 +46,9 @@ def rollout(
     report) or hostkit.profile.validation.ProfileError (bad host data) before any host is touched.
 
     `deployer`, `gate_check` and `drainer` replace pyinfra, the health gate and the drain
-    steps (tests, the bench).
+    steps (tests, the bench). Hosts with vllm_instances are rolled out per instance
+    (hostkit.rollout.endpoints): the deployer is first asked, dry, which of their instances
+    would restart.
     """
     if gate not in GATES:
         raise ValueError(f"--gate {gate!r}: expected one of {', '.join(GATES)}")
@@ -62,9 +64,6 @@ def rollout(
     )
     hosts = load_inventory(str(inventory))
     profiles = validate_inventory(hosts)
-    several = hosts_with_instances(profiles)
-    if several:
-        raise ValueError(f"{', '.join(several)}: {NOT_YET_DEPLOYED}")
     ordered = order_hosts(hosts, order_key)
     previous = read_report(resume) if resume else None
 
@@ -76,7 +75,9 @@ def rollout(
         gate_check = VerifyGate(inventory, service_gate) if gate == "verify" else service_gate
     if drainer is None and any(profile.rollout_drain_command for profile in profiles.values()):
         drainer = Drainer(inventory, profiles, dict(hosts))
-    models = {name: profile.served_model_name if profile.vllm_enabled else None for name, profile in profiles.items()}
+    instances = {name: instance_models(profile) for name, profile in profiles.items() if profile.vllm_instances}
+    models = {name: profile.served_model_name if profile.vllm_enabled else None for name, profile in profiles.items()
+              if name not in instances}
     return run_rollout(
         ordered,
         settings,
@@ -88,4 +89,5 @@ def rollout(
         previous_path=str(resume) if resume else None,
         models=models,
         drainer=drainer,
+        instances=instances,
     )

@@ -1,7 +1,9 @@
 """The health gate after each batch: does every host of the batch serve?
 
 - `ServiceGate`: /health, /v1/models and one real POST /v1/completions, with the
-  profile's API key in the Authorization header only. From the controller to the host's
+  profile's API key in the Authorization header only; on a host with vllm_instances, of
+  each instance at its own port with its own key and model (checks named
+  `vllm@NAME.service health`, ...): the restarted ones must be ready, the others still serve. From the controller to the host's
   address when that port answers there; otherwise on the host, through the host's own
   pyinfra connection, with the key on stdin (see `hostkit.rollout.probe`).
 - `VerifyGate`: `hostkit verify` for the batch's hosts, then the `ServiceGate`.
@@ -17,17 +19,38 @@ import subprocess
 import sys
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from hostkit.fleet.connectors import is_local, ssh_address, uses_ssh
 from hostkit.operations.callbacks import connector_arguments
+from hostkit.paths import vllm_instance_unit
 from hostkit.profile.host_profile import HostProfile
 from hostkit.remote import host_program
 from hostkit.rollout import probe as probe_module
 from hostkit.rollout.pyinfra_batch import limit_args
-from hostkit.rollout.report import RELEASE_CHECK, GateCheck, GateResult
+from hostkit.rollout.report import RELEASE_CHECK, GateCheck, GateResult, endpoint_check
 from hostkit.vllm.readiness import probe_address
+
+
+@dataclass(frozen=True)
+class Server:
+    """One vLLM server of a host, as the gate and the drain reach it."""
+
+    unit: str | None  # vllm@NAME.service; None: vllm.service, whose checks keep their names
+    profile: HostProfile  # the host's, or the instance's (its port, bind address, key, model)
+
+    def check(self, step: str) -> str:
+        return step if self.unit is None else endpoint_check(self.unit, step)
+
+
+def servers(profile: HostProfile, instances: Sequence[str] | None = None) -> list[Server]:
+    """vllm.service, or each of `instances` (all of vllm_instances when None) of a host with them."""
+    if not profile.vllm_instances:
+        return [Server(None, profile)]
+    names = list(profile.vllm_instances) if instances is None else instances
+    return [Server(vllm_instance_unit(name), profile.vllm_instances[name]) for name in names]
 
 
 def host_source(module) -> str:
@@ -84,15 +107,22 @@ def _answers(base_url: str) -> bool:
         return False
 
 
-def _result(checks: Sequence[dict[str, Any]], started: float, where: str) -> GateResult:
-    return GateResult.of(
-        [GateCheck(check["name"], check["passed"], f"{check['detail']} ({where})", check["seconds"]) for check in checks],
-        time.monotonic() - started,
-    )
+def _checks(server: Server, checks: Sequence[dict[str, Any]], where: str) -> list[GateCheck]:
+    return [GateCheck(server.check(check["name"]), check["passed"], f"{check['detail']} ({where})", check["seconds"])
+            for check in checks]
 
 
 def _failed(name: str, detail: str, started: float) -> GateResult:
     return GateResult.of([GateCheck(name, False, detail)], time.monotonic() - started)
+
+
+def _outcome(probe, started: float) -> GateResult:
+    """A probe greenlet's result (None: it never ran, no connection to the host)."""
+    if probe is None:
+        return _failed("connect", "pyinfra could not connect to the host", started)
+    if not probe.successful():
+        return _failed("probe", f"the probe raised {probe.exception!r}", started)
+    return probe.value
 
 
 class ServiceGate:
@@ -118,56 +148,75 @@ class ServiceGate:
         started = time.monotonic()
         pool = Pool(PARALLEL_PROBES)
         results: dict[str, GateResult] = {}
-        candidates: dict[str, Any] = {}
+        candidates: dict[str, list[tuple[Server, str | None, Any]]] = {}
         for name in names:
             profile = self.profiles[name]
             if not profile.vllm_enabled:
                 results[name] = GateResult.of([GateCheck("service", True, "vllm_enabled is false: nothing to serve")], 0)
                 continue
-            url = direct_base_url(name, self.host_data.get(name, {}), profile) if self.direct else None
-            candidates[name] = (url, None if url is None else pool.spawn(_answers, url))
+            candidates[name] = []
+            for server in servers(profile):
+                url = direct_base_url(name, self.host_data.get(name, {}), server.profile) if self.direct else None
+                candidates[name].append((server, url, None if url is None else pool.spawn(_answers, url)))
         pool.join()
+        # Each server from the controller when its port answers there, the others on the host.
         # (A finished greenlet is falsy: compare with None.)
-        direct = {name: url for name, (url, answers) in candidates.items() if answers is not None and answers.value}
-        remote = [name for name in candidates if name not in direct]
+        direct = {name: [(server, url) for server, url, answers in found if answers is not None and answers.value]
+                  for name, found in candidates.items()}
+        remote = {name: [server for server, _, answers in found if answers is None or not answers.value]
+                  for name, found in candidates.items()}
+        remote = {name: listed for name, listed in remote.items() if listed}
 
-        probes = {name: pool.spawn(self._probe_direct, name, url) for name, url in direct.items()}
+        probes = {name: pool.spawn(self._probe_direct, targets) for name, targets in direct.items() if targets}
+        on_host: dict[str, Any] = {}
         if remote:
             from hostkit.fleet.connect import connected_hosts
 
             with connected_hosts(self.inventory, limit=[glob.escape(name) for name in remote]) as hosts:
-                by_name = {host.name: host for host in hosts}
-                probes.update({name: pool.spawn(self._probe_on_host, by_name[name]) for name in remote if name in by_name})
+                on_host.update({host.name: pool.spawn(self._probe_on_host, host, remote[host.name])
+                                for host in hosts if host.name in remote})
                 pool.join()  # before disconnecting
         pool.join()
-        for name in [*direct, *remote]:
-            probe = probes.get(name)
-            if probe is None:
-                results[name] = _failed("connect", "pyinfra could not connect to the host", started)
-            elif not probe.successful():
-                results[name] = _failed("probe", f"the probe raised {probe.exception!r}", started)
-            else:
-                results[name] = probe.value
+        for name in candidates:
+            parts = [_outcome(probes[name], started)] if name in probes else []
+            if name in remote:
+                parts.append(_outcome(on_host.get(name), started))
+            results[name] = parts[0] if len(parts) == 1 else GateResult.of(
+                [check for part in parts for check in part.checks], time.monotonic() - started)
         return results
 
-    def _probe_direct(self, name: str, base_url: str) -> GateResult:
-        started = time.monotonic()
-        profile = self.profiles[name]
-        key = profile.vllm_api_key.get_secret_value() if profile.vllm_api_key else None
-        checks = probe_module.probe(base_url, profile.served_model_name, key, self._timeout(profile))
-        return _result(checks, started, f"from the controller to {base_url}")
+    def _probe_direct(self, targets: Sequence[tuple[Server, str]]) -> GateResult:
+        from gevent.pool import Pool
 
-    def _probe_on_host(self, host) -> GateResult:
         started = time.monotonic()
-        profile = self.profiles[host.name]
-        timeout = self._timeout(profile)
-        args = {"base_url": host_base_url(profile), "model": profile.served_model_name, "timeout": timeout}
-        key = profile.vllm_api_key.get_secret_value() if profile.vllm_api_key else ""
-        checks, error = run_script_on_host(host, PROBE_SOURCE, args, stdin=key + "\n", timeout=timeout + 60)
-        where = f"on the host, to {args['base_url']}"
-        if error is not None:
-            return _failed("probe", f"{where}: {error}", started)
-        return _result(checks, started, where)
+        pool = Pool(PARALLEL_PROBES)
+        probes = [(server, url, pool.spawn(self._probe_server, server, url)) for server, url in targets]
+        pool.join()
+        checks = [check for server, url, probe in probes
+                  for check in _checks(server, probe.get(), f"from the controller to {url}")]
+        return GateResult.of(checks, time.monotonic() - started)
+
+    def _probe_server(self, server: Server, base_url: str) -> list[dict[str, Any]]:
+        profile = server.profile
+        key = profile.vllm_api_key.get_secret_value() if profile.vllm_api_key else None
+        return probe_module.probe(base_url, profile.served_model_name, key, self._timeout(profile))
+
+    def _probe_on_host(self, host, targets: Sequence[Server]) -> GateResult:
+        """Each server in turn, through the host's one connection."""
+        started = time.monotonic()
+        checks = []
+        for server in targets:
+            profile = server.profile
+            timeout = self._timeout(profile)
+            args = {"base_url": host_base_url(profile), "model": profile.served_model_name, "timeout": timeout}
+            key = profile.vllm_api_key.get_secret_value() if profile.vllm_api_key else ""
+            found, error = run_script_on_host(host, PROBE_SOURCE, args, stdin=key + "\n", timeout=timeout + 60)
+            where = f"on the host, to {args['base_url']}"
+            if error is not None:
+                checks.append(GateCheck(server.check("probe"), False, f"{where}: {error}"))
+            else:
+                checks.extend(_checks(server, found, where))
+        return GateResult.of(checks, time.monotonic() - started)
 
 
 def run_script_on_host(host, source: str, args: Mapping[str, Any], stdin: str, timeout: float) -> tuple[Any, str | None]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hostkit.rollout.report import FAILED, RELEASE_CHECK, HostRecord, RolloutReport
+from hostkit.rollout.report import FAILED, RELEASE_CHECK, EndpointRecord, HostRecord, RolloutReport, endpoint_check
 
 
 def _seconds(value: float | None) -> str:
@@ -27,6 +27,19 @@ def _release(record: HostRecord) -> str:
     return found[0] if found else "-"
 
 
+def _endpoint_row(record: HostRecord, endpoint: EndpointRecord, dry: bool) -> tuple[str, ...]:
+    """One of a host's instances under the host's row: whether it changes, its gate checks."""
+    if dry or record.state == "untouched":
+        state = "restarts" if endpoint.restarts else "unchanged"
+    else:
+        state = "changed" if endpoint.changed else "unchanged"
+    checks = [check for check in (record.gate.checks if record.gate else ())
+              if check.name.startswith(endpoint_check(endpoint.unit, ""))]
+    gate = "-" if not checks else ("passed" if all(check.passed for check in checks) else "FAILED")
+    return (f"  {endpoint.label(record.name)}", "", state, str(len(endpoint.changed)) if endpoint.changed else "-",
+            gate, "", "", "", f"serves {endpoint.model}")
+
+
 def summary_table(report: RolloutReport) -> str:
     header = ("HOST", "BATCH", "STATE", "WOULD CHANGE" if report.dry else "CHANGED", "GATE", "RELEASE", "DEPLOY S",
               "GATE S", "NOTE")
@@ -44,6 +57,7 @@ def summary_table(report: RolloutReport) -> str:
             _seconds(record.gate_seconds),
             note or "",
         ))
+        rows.extend(_endpoint_row(record, endpoint, report.dry) for endpoint in record.endpoints)
     widths = [max(len(row[column]) for row in rows) for column in range(len(header) - 1)]
     lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)) + "  " + row[-1] for row in rows]
     counts = ", ".join(f"{count} {state}" for state, count in report.counts().items())

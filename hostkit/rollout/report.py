@@ -51,6 +51,24 @@ class GateResult:
 
 
 @dataclass
+class EndpointRecord:
+    """One of a host's vllm_instances in a rollout (hostkit.rollout.endpoints)."""
+
+    unit: str  # vllm@NAME.service
+    model: str  # its served model
+    restarts: bool = False  # the dry run before batching: its unit would change, counted as going down
+    changed: list[str] = field(default_factory=list)  # the deploy's operations that changed it
+
+    def label(self, host: str) -> str:
+        return f"{host}/{self.unit}"
+
+
+def endpoint_check(unit: str, step: str) -> str:
+    """The name of a drain or gate check of one instance: `vllm@a.service health`."""
+    return f"{unit} {step}"
+
+
+@dataclass
 class HostRecord:
     name: str
     batch: int | None = None
@@ -66,6 +84,7 @@ class HostRecord:
     drain: list[GateCheck] = field(default_factory=list)  # drain command, idle wait, undrain command
     # The host's steps in the order they ran: [step, seconds since the rollout began].
     timeline: list[list[Any]] = field(default_factory=list)
+    endpoints: list[EndpointRecord] = field(default_factory=list)  # its vllm_instances; empty: vllm.service
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> HostRecord:
@@ -73,7 +92,8 @@ class HostRecord:
         if gate is not None:
             gate = GateResult(gate["passed"], [GateCheck(**check) for check in gate.get("checks", [])], gate.get("seconds", 0.0))
         drain = [GateCheck(**check) for check in data.get("drain", [])]
-        return cls(**{**data, "gate": gate, "drain": drain})
+        endpoints = [EndpointRecord(**endpoint) for endpoint in data.get("endpoints", [])]
+        return cls(**{**data, "gate": gate, "drain": drain, "endpoints": endpoints})
 
 
 @dataclass

@@ -61,11 +61,16 @@ def report(**figures) -> None:
     print(json.dumps({"test": "instances", **figures}))
 
 
+def with_gpus(lab_host):
+    """`lab_host` with the vLLM stand-in and the nvidia-smi stand-in's three GPUs."""
+    install_standin(lab_host)
+    sh(lab_host, f"cat >{FAKE_NVIDIA_SMI} <<'EOF'\n{NVIDIA_SMI}EOF\nchmod 755 {FAKE_NVIDIA_SMI}")
+    return lab_host
+
+
 @pytest.fixture(scope="module")
 def host(shared_lab_host):
-    install_standin(shared_lab_host)
-    sh(shared_lab_host, f"cat >{FAKE_NVIDIA_SMI} <<'EOF'\n{NVIDIA_SMI}EOF\nchmod 755 {FAKE_NVIDIA_SMI}")
-    return shared_lab_host
+    return with_gpus(shared_lab_host)
 
 
 def port(name: str) -> int:

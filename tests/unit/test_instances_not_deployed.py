@@ -1,16 +1,14 @@
-"""A host with vllm_instances is planned, deployed and verified, but not rolled out by this
-version: rollout refuses it, saying so, before any host is touched; the deploy and verify take it."""
+"""A host with vllm_instances is taken by the deploy, verify and rollout (which rolls it out per
+instance: tests/unit/test_rollout_instances.py)."""
 
 from types import SimpleNamespace
-
-import pytest
 
 from hostkit import deploy
 from hostkit.fleet.pyinfra_runner import write_inventory
 from hostkit.rollout import rollout
+from hostkit.rollout.pyinfra_batch import BatchDeploy, HostDeploy
 from hostkit.verify.targets import targets_from_hosts
 
-SAYS = "gpu-8: several instances are deployed and verified but not yet rolled out by this version: see `hostkit plan`"
 TWO = {"vllm_model": "Qwen/Qwen2.5-0.5B-Instruct", "gpu_required": False,
        "vllm_instances": {"a": {"gpus": [0]}, "b": {"gpus": [1], "vllm_port": 8001}}}
 
@@ -27,7 +25,14 @@ def test_verify_takes_it():
     assert sorted(target.profile.vllm_instances) == ["a", "b"]
 
 
-def test_rollout_refuses_it(tmp_path):
+def test_rollout_takes_it(tmp_path):
     path = write_inventory(tmp_path / "inventory.py", [("gpu-8", TWO)])
-    with pytest.raises(ValueError, match=SAYS.replace("`", ".")):
-        rollout(str(path), "deploy.py", deployer=lambda names, dry: None, gate_check=lambda names: {})
+    asked = []
+
+    def deployer(names, dry):
+        asked.append((list(names), dry))
+        return BatchDeploy({name: HostDeploy(ok=True) for name in names}, 0.1)
+
+    report = rollout(str(path), "deploy.py", gate="none", deployer=deployer, progress=lambda line: None)
+    assert report.outcome == "completed" and asked == [(["gpu-8"], True), (["gpu-8"], False)]
+    assert [endpoint.unit for endpoint in report.host("gpu-8").endpoints] == ["vllm@a.service", "vllm@b.service"]
