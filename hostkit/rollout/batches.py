@@ -181,15 +181,6 @@ def parse_max_unavailable(spec: str) -> MaxUnavailable:
     return MaxUnavailable(count=int(match["number"]))
 
 
-def limit_unavailable(batches: Sequence[Sequence[str]], models: Mapping[str, str | None],
-                      max_unavailable: MaxUnavailable) -> list[list[str]]:
-    """`batches` split further, in order, so that no batch holds more than
-    `max_unavailable` of one served model's hosts (`models`: host -> served model name;
-    None: serves nothing, no limit)."""
-    down = {name: {} if models.get(name) is None else {models[name]: 1} for batch in batches for name in batch}
-    return limit_down(batches, down, model_limits(down.values(), max_unavailable))
-
-
 def model_limits(served: Iterable[Mapping[str, int]], max_unavailable: MaxUnavailable) -> dict[str, int]:
     """Per model, how many of its endpoints may be out of service at once: `max_unavailable` of
     all of them (`served`: per host, model -> how many endpoints of it the host serves)."""

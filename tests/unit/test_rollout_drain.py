@@ -12,7 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from hostkit.profile.validation import ProfileError, profile_from_data
-from hostkit.rollout.batches import BatchSpecError, limit_unavailable, parse_batches, parse_max_failed, \
+from hostkit.rollout.batches import BatchSpecError, limit_down, model_limits, parse_batches, parse_max_failed, \
     parse_max_unavailable, split_batches
 from hostkit.rollout.drain import IDLE_SOURCE, run_hook
 from hostkit.rollout.engine import RolloutSettings, run_rollout
@@ -50,8 +50,9 @@ def test_bad_max_unavailable_is_refused(spec):
 
 def test_default_batches_never_take_more_than_a_quarter_of_a_models_hosts():
     hosts = [f"a{i}" for i in range(8)] + [f"b{i}" for i in range(4)]
-    models = {name: name[0] for name in hosts}
-    batches = limit_unavailable(split_batches(hosts, parse_batches("1,25%,100%")), models, parse_max_unavailable("25%"))
+    down = {name: {name[0]: 1} for name in hosts}
+    batches = limit_down(split_batches(hosts, parse_batches("1,25%,100%")), down,
+                         model_limits(down.values(), parse_max_unavailable("25%")))
     assert sorted(name for batch in batches for name in batch) == sorted(hosts)
     for batch in batches:
         assert sum(name.startswith("a") for name in batch) <= 2 and sum(name.startswith("b") for name in batch) <= 1
@@ -59,8 +60,8 @@ def test_default_batches_never_take_more_than_a_quarter_of_a_models_hosts():
 
 
 def test_hosts_that_serve_nothing_are_not_limited():
-    batches = limit_unavailable([["x", "y", "a", "b"]], {"x": None, "y": None, "a": "m", "b": "m"},
-                                parse_max_unavailable("1"))
+    down = {"x": {}, "y": {}, "a": {"m": 1}, "b": {"m": 1}}
+    batches = limit_down([["x", "y", "a", "b"]], down, model_limits(down.values(), parse_max_unavailable("1")))
     assert batches == [["x", "y", "a"], ["b"]]
 
 
