@@ -326,8 +326,7 @@ class HostProfile(BaseModel):
     # within rollout_drain_timeout.
     rollout_drain_command: list[str] | None = None
     """`hostkit rollout` runs it on the controller before the host's deploy, the host's name last
-    (and in `HOSTKIT_HOST`; with `vllm_instances`, once per restarting instance, its unit after
-    the name, in `HOSTKIT_UNIT` and `HOSTKIT_PORT`); a string (split as a shell would, no shell
+    (and in `HOSTKIT_HOST`; per restarting instance, its unit after it); a string (split as a shell would, no shell
     runs it) or a list, e.g. `["lbctl", "drain"]`"""
     rollout_undrain_command: list[str] | None = None
     """the same, after the host passed its gate"""
