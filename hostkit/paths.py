@@ -45,3 +45,12 @@ def is_vllm_unit(unit: str | None) -> bool:
 
 def vllm_instance_env_file(instance: str) -> str:
     return f"{CONFIG_DIR}/vllm@{instance}.env"
+
+
+def watchdog_instance_unit(instance: str) -> str:
+    """The watchdog of vllm@NAME.service: a concrete unit of its own, as vllm@NAME.service is."""
+    return f"vllm-hostkit-watchdog@{instance}.service"
+
+
+def watchdog_instance_state_path(instance: str) -> str:
+    return f"/var/lib/{WATCHDOG_STATE_DIRECTORY}/watchdog@{instance}.json"
