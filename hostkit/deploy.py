@@ -20,7 +20,6 @@ from hostkit.desired.swap import swap_deadline_s
 from hostkit.desired.monitoring import monitored_servers
 from hostkit.desired.watchdog import host_watchdog_plans
 from hostkit.facts.snapshot import snapshot
-from hostkit.facts.watchdog import WatchdogFact
 from hostkit.plan.scope import snapshot_scope
 from hostkit.plan.snapshot_facts import planning_facts
 from hostkit.operations import (
@@ -134,9 +133,9 @@ def vllm_host() -> None:
 def vllm_watchdogs(plan: HostPlan) -> None:
     """Each server's watchdog; also run when vLLM is disabled, to remove a watchdog installed
     before. Watchdogs of instances not planned go first, as their instances did."""
-    if plan.instances or leftover_watchdogs():
+    if plan.instances or leftover_watchdogs(plan):
         watchdog.instance_watchdogs_removed(name="Remove the watchdogs of instances not planned",
-                                            planned=list(plan.instances))
+                                            planned=list(plan.instances), scope=plan.scope)
     for wanted in host_watchdog_plans(plan):
         name = "vLLM health watchdog" if wanted.unit == WATCHDOG_UNIT else f"vLLM health watchdog {wanted.unit}"
         watchdog.vllm_watchdog(name=name, plan=wanted)
@@ -165,10 +164,10 @@ def leftover_instances(plan: HostPlan) -> bool:
     return bool(current.instance_units or current.instance_env_files)
 
 
-def leftover_watchdogs() -> bool:
+def leftover_watchdogs(plan: HostPlan) -> bool:
     """Whether a host of vllm.service has instances' watchdogs left: only then does their
     removal step run, as with leftover_instances."""
-    return bool(host.get_fact(WatchdogFact).instance_units)
+    return bool(snapshot(host, plan.scope).vllm.instance_watchdogs)
 
 
 def vllm_instances(plan: HostPlan) -> None:

@@ -12,6 +12,7 @@ from hostkit.desired.deploy_lock import deploy_lock_stale_after_s
 from hostkit.desired.directives import fit_unit
 from hostkit.desired.vllm_unit import exec_line
 from hostkit.paths import (
+    SYSTEMD_UNIT_DIR,
     VLLM_UNIT,
     WATCHDOG_SCRIPT_PATH,
     WATCHDOG_STATE_DIRECTORY,
@@ -43,7 +44,7 @@ class WatchdogPlan:
 
     @property
     def unit_path(self) -> str:
-        return f"/etc/systemd/system/{self.unit}"
+        return f"{SYSTEMD_UNIT_DIR}/{self.unit}"
 
 
 def script_text() -> str:

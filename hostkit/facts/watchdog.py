@@ -1,5 +1,5 @@
-"""An installed vLLM health watchdog: its files' hashes and its unit's state, and the
-instances' watchdog units the host has."""
+"""An installed vLLM health watchdog (vllm.service's, or an instance's): its files' hashes and
+its unit's state. Which instances have a watchdog is the snapshot's (hostkit.facts.vllm_service)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,7 @@ from dataclasses import dataclass
 from pyinfra.api import FactBase
 
 from hostkit.facts.systemctl_show import SHOW_FUNCTIONS, parse_show
-from hostkit.paths import WATCHDOG_SCRIPT_PATH, WATCHDOG_UNIT, watchdog_instance_unit
-
-UNIT_DIR = "/etc/systemd/system"
-_INSTANCE_GLOB = f"{UNIT_DIR}/{watchdog_instance_unit('*')}"
+from hostkit.paths import SYSTEMD_UNIT_DIR, WATCHDOG_SCRIPT_PATH, WATCHDOG_UNIT
 
 
 @dataclass(frozen=True)
@@ -19,8 +16,6 @@ class WatchdogState:
     unit_sha256: str | None
     script_sha256: str | None
     unit: dict[str, str]
-    # The NAME of each vllm-hostkit-watchdog@NAME.service file, sorted.
-    instance_units: tuple[str, ...] = ()
 
     @property
     def active(self) -> bool:
@@ -39,19 +34,13 @@ def _sha_line(name: str, path: str) -> str:
 
 
 class WatchdogFact(FactBase):
-    """The installed watchdog `unit` (vllm.service's by default): file hashes and unit state;
-    and which instances have a watchdog unit file."""
+    """The installed watchdog `unit` (vllm.service's by default): file hashes and unit state."""
 
     def command(self, unit: str = WATCHDOG_UNIT) -> str:
-        return "\n".join((SHOW_FUNCTIONS, _sha_line("unit_sha256", f"{UNIT_DIR}/{unit}"),
+        return "\n".join((SHOW_FUNCTIONS, _sha_line("unit_sha256", f"{SYSTEMD_UNIT_DIR}/{unit}"),
                           _sha_line("script_sha256", WATCHDOG_SCRIPT_PATH), f"hk_show {unit} {' '.join(_SHOW)}",
-                          f"for hk_path in {_INSTANCE_GLOB}; do [ -f \"$hk_path\" ] && echo \"instance_unit=$hk_path\"; done",
                           "true"))
 
     def process(self, output: list[str]) -> WatchdogState:
-        before, after = _INSTANCE_GLOB.split("*")
-        names = sorted(line[len("instance_unit=") + len(before):len(line) - len(after)] for line in output
-                       if line.startswith(f"instance_unit={before}") and line.endswith(after))
-        values = parse_show(line for line in output if not line.startswith("instance_unit="))
-        return WatchdogState(values.pop("unit_sha256", "") or None, values.pop("script_sha256", "") or None, values,
-                             tuple(names))
+        values = parse_show(output)
+        return WatchdogState(values.pop("unit_sha256", "") or None, values.pop("script_sha256", "") or None, values)

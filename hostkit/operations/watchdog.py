@@ -22,19 +22,24 @@ from pyinfra.api import FileUploadCommand, FunctionCommand, StringCommand, opera
 from hostkit.desired.digest import text_sha256
 from hostkit.desired.vllm_unit import VERIFY_DIR
 from hostkit.desired.watchdog import WatchdogPlan
+from hostkit.facts.scope import SnapshotScope
+from hostkit.facts.snapshot import mark_changed, snapshot
 from hostkit.facts.watchdog import WatchdogFact
 from hostkit.operations.callbacks import current_connector_arguments
 from hostkit.operations.vllm_service import _log_lines, _script, verify_problems
-from hostkit.paths import WATCHDOG_SCRIPT_PATH, WATCHDOG_UNIT, watchdog_instance_state_path, watchdog_instance_unit
+from hostkit.paths import (
+    SYSTEMD_UNIT_DIR, WATCHDOG_SCRIPT_PATH, WATCHDOG_UNIT, watchdog_instance_state_path, watchdog_instance_unit,
+)
 
-WATCHDOG_VERIFY_PATH = f"{VERIFY_DIR}/{WATCHDOG_UNIT}"
+def verify_path(unit: str) -> str:
+    """Where a new unit is checked by systemd-analyze verify before it replaces the old one."""
+    return f"{VERIFY_DIR}/{unit}"
+
+
+WATCHDOG_VERIFY_PATH = verify_path(WATCHDOG_UNIT)
 
 
 # -- operation ------------------------------------------------------------------------------
-
-
-def verify_path(unit: str) -> str:
-    return f"{VERIFY_DIR}/{unit}"
 
 
 def _check_unit(state, host, unit, connector_arguments) -> bool:
@@ -74,7 +79,7 @@ def vllm_watchdog(plan: WatchdogPlan):
         yield _script([f"install -d -m 0755 {VERIFY_DIR}"])
         yield FileUploadCommand(StringIO(plan.unit_text), verify_path(unit))
         yield FunctionCommand(_check_unit, (unit, current_connector_arguments(host)), {})
-        staged = f"/etc/systemd/system/.{unit}.new"
+        staged = f"{SYSTEMD_UNIT_DIR}/.{unit}.new"
         steps.append(f"install -m 0644 -o root -g root {verify_path(unit)} {staged}"
                      f" && mv -f {staged} {plan.unit_path}")
     if install_script:
@@ -86,21 +91,23 @@ def vllm_watchdog(plan: WatchdogPlan):
 
 
 @operation()
-def instance_watchdogs_removed(planned: list[str]):
+def instance_watchdogs_removed(planned: list[str], scope: SnapshotScope):
     """
     Stop, disable and remove the watchdog units, and their state files, of instances the plan
     does not run (left out of vllm_instances, or a host back to vllm.service). The script stays.
 
     + planned: the plan's instance names (empty on a host of vllm.service)
+    + scope: the host plan's snapshot scope
     """
-    unplanned = [name for name in host.get_fact(WatchdogFact).instance_units if name not in planned]
+    unplanned = [name for name in snapshot(host, scope).vllm.instance_watchdogs if name not in planned]
     if not unplanned:
         return
+    mark_changed(host, "vllm")
     steps = []
     for name in unplanned:
         unit = watchdog_instance_unit(name)
         host.log_styled(f"{unit}: its instance is not planned: stopped, disabled and removed", fg="yellow")
         steps += [f"systemctl disable --now {unit} 2>/dev/null || true",
                   f"systemctl reset-failed {unit} 2>/dev/null || true",
-                  f"rm -f /etc/systemd/system/{unit} {watchdog_instance_state_path(name)}"]
+                  f"rm -f {SYSTEMD_UNIT_DIR}/{unit} {watchdog_instance_state_path(name)}"]
     yield _script([*steps, "systemctl daemon-reload"])

@@ -164,6 +164,11 @@ def test_the_fact_lists_the_instances_files_by_name(host_plan):
     ])
     assert state.target == target
     assert (state.instance_units, state.instance_env_files) == (("a", "b"), ("a", "old"))
+    watched = VllmServiceFact().process(["instance_watchdog=/etc/systemd/system/vllm-hostkit-watchdog@c.service",
+                                         "instance_watchdog=/etc/systemd/system/vllm-hostkit-watchdog@a.service"])
+    assert (watched.instance_watchdogs, watched.instance_units) == (("a", "c"), ())
+    assert "hk_instance_watchdogs='/etc/systemd/system/vllm-hostkit-watchdog@*.service'\n" in VllmServiceFact().command(
+        snapshot_scope())
 
 
 # -- removal -------------------------------------------------------------------------------------
@@ -236,14 +241,12 @@ class Recorder:
         return lambda **kwargs: self.steps.append((operation, kwargs))
 
 
-def deploy_steps(monkeypatch, host_plan, on_host_now: VllmServiceState | None = None,
-                 leftover_watchdogs: bool = False) -> list:
+def deploy_steps(monkeypatch, host_plan, on_host_now: VllmServiceState | None = None) -> list:
     steps: list = []
     for module in ("driver_hold", "gpu", "kernel", "lock", "monitoring", "nvme_boot", "swap", "vllm_install",
                    "vllm_service", "watchdog"):
         monkeypatch.setattr(deploy, module, Recorder(steps))
     monkeypatch.setattr(deploy, "plan_or_refusal", lambda: (None, host_plan, None))
-    monkeypatch.setattr(deploy, "leftover_watchdogs", lambda: leftover_watchdogs)
     monkeypatch.setattr(deploy, "snapshot_scope", lambda profile: host_plan.scope)
     monkeypatch.setattr(deploy, "snapshot", lambda op_host, scope: dataclasses.make_dataclass(
         "Taken", [("vllm", VllmServiceState)])(on_host_now or on_host()))
@@ -283,7 +286,7 @@ def test_a_vllm_service_host_with_instance_files_left_removes_them_first(monkeyp
 
 
 def test_a_vllm_service_host_with_instance_watchdogs_left_removes_them_first(monkeypatch):
-    steps = deploy_steps(monkeypatch, classic_plan(), leftover_watchdogs=True)
+    steps = deploy_steps(monkeypatch, classic_plan(), dataclasses.replace(on_host(), instance_watchdogs=("a",)))
     at = CLASSIC_STEPS.index("vLLM health watchdog")
     assert names(steps) == [*CLASSIC_STEPS[:at], "Remove the watchdogs of instances not planned", *CLASSIC_STEPS[at:]]
     assert dict(steps)["instance_watchdogs_removed"]["planned"] == []

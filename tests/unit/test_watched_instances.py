@@ -5,6 +5,7 @@ under its vllm_instance label. vllm.service's watchdog and collector units are t
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -21,7 +22,8 @@ from hostkit.plan.plans import MonitoringPlan, WatchdogSettings
 from hostkit.remote import vllm_watchdog as wd
 from tests.unit.op_host import OpHost
 from tests.unit.test_monitoring_collector import V2, samples_by_name
-from tests.unit.test_vllm_instances_deploy import SECRET, TWO, plan
+from hostkit.plan.scope import snapshot_scope
+from tests.unit.test_vllm_instances_deploy import SECRET, TWO, on_host, plan
 from tests.unit.test_vllm_unit import PLAN
 
 BEFORE = Path(__file__).parent / "fixtures" / "watchdog"
@@ -76,35 +78,32 @@ def test_the_scripts_instance_files_are_hostkits_names():
     assert (config.unit, state, env_file) == (paths.VLLM_UNIT, paths.WATCHDOG_STATE_PATH, paths.VLLM_ENV_FILE)
 
 
-def test_the_fact_reads_one_unit_and_lists_the_instances_watchdogs():
+def test_the_fact_reads_one_watchdog_unit():
     command = WatchdogFact().command("vllm-hostkit-watchdog@b.service")
     assert "hk_show vllm-hostkit-watchdog@b.service " in command
     assert "sha256sum /etc/systemd/system/vllm-hostkit-watchdog@b.service " in command
-    state = WatchdogFact().process([
-        "unit_sha256=abc", "script_sha256=def", "ActiveState=active",
-        "instance_unit=/etc/systemd/system/vllm-hostkit-watchdog@c.service",
-        "instance_unit=/etc/systemd/system/vllm-hostkit-watchdog@a.service"])
-    assert state.instance_units == ("a", "c") and state.unit == {"ActiveState": "active"}
-    assert WatchdogFact().process(["unit_sha256=", "script_sha256="]).instance_units == ()
+    assert "sha256sum /etc/systemd/system/vllm-hostkit-watchdog.service " in WatchdogFact().command()
 
 
-def commands(operation, current: WatchdogState, **kwargs) -> tuple[list, OpHost]:
-    fake = OpHost({}, facts={WatchdogFact: current})
+def commands(operation, current: WatchdogState, sections: dict | None = None, **kwargs) -> tuple[list, OpHost]:
+    fake = OpHost(sections or {}, executing=True, facts={WatchdogFact: current})
     with ctx_host.use(fake):
         return [str(command) for command in operation._inner(**kwargs)], fake
 
 
 def test_watchdogs_of_instances_not_planned_are_removed_with_their_state_the_script_kept():
-    on_host = WatchdogState("x", "y", {}, instance_units=("a", "b", "c"))
-    removed, fake = commands(op.instance_watchdogs_removed, on_host, planned=["a", "c"])
+    """Which instances have a watchdog is the snapshot's vllm section (as their units are)."""
+    sections = {"vllm": dataclasses.replace(on_host(), instance_watchdogs=("a", "b", "c"))}
+    removed, fake = commands(op.instance_watchdogs_removed, None, sections, planned=["a", "c"], scope=snapshot_scope())
     assert removed == ["\n".join((
         "set -e", "systemctl disable --now vllm-hostkit-watchdog@b.service 2>/dev/null || true",
         "systemctl reset-failed vllm-hostkit-watchdog@b.service 2>/dev/null || true",
         "rm -f /etc/systemd/system/vllm-hostkit-watchdog@b.service /var/lib/vllm-hostkit/watchdog@b.json",
         "systemctl daemon-reload"))]
     assert fake.logged == ["vllm-hostkit-watchdog@b.service: its instance is not planned: stopped, disabled and removed"]
-    assert commands(op.instance_watchdogs_removed, on_host, planned=["a", "b", "c"])[0] == []
-    assert len(commands(op.instance_watchdogs_removed, on_host, planned=[])[0][0].split("rm -f ")) == 4
+    assert commands(op.instance_watchdogs_removed, None, sections, planned=["a", "b", "c"], scope=snapshot_scope())[0] == []
+    every = commands(op.instance_watchdogs_removed, None, sections, planned=[], scope=snapshot_scope())[0]
+    assert len(every[0].split("rm -f ")) == 4
 
 
 def test_vllm_services_watchdog_removed_beside_instances_leaves_the_script():
