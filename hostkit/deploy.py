@@ -4,8 +4,9 @@ Importable by other pyinfra projects (`from hostkit.deploy import vllm_host`), a
 own deploy packages are. Bad inventory data and plans that cannot work are refused while
 pyinfra prepares, so no host is touched when any host's data is wrong.
 
-The host runs vllm.service, or each of vllm_instances as vllm@NAME.service; the host-level
-steps (GPU check, NVMe and swap, kernel tuning, monitoring) run once either way.
+The host runs vllm.service, or each of vllm_instances as vllm@NAME.service with a watchdog of
+its own; the host-level steps (GPU check, NVMe and swap, kernel tuning, monitoring) run once
+either way, the collector reading every server.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from pyinfra.api.exceptions import PyinfraError
 
 from hostkit.desired.deploy_lock import deploy_lock_stale_after_s
 from hostkit.desired.swap import swap_deadline_s
-from hostkit.desired.watchdog import watchdog_plan
+from hostkit.desired.monitoring import monitored_servers
+from hostkit.desired.watchdog import host_watchdog_plans
 from hostkit.facts.snapshot import snapshot
 from hostkit.plan.scope import snapshot_scope
 from hostkit.plan.snapshot_facts import planning_facts
@@ -24,8 +26,8 @@ from hostkit.operations import (
     driver_hold, gpu, kernel, lock, monitoring, nvme_boot, swap, vllm_install, vllm_service, watchdog,
 )
 from hostkit.plan.planner import PlanError, plan_host
-from hostkit.paths import NVME_UNIT, vllm_instance_unit
-from hostkit.plan.plans import HostPlan, VllmPlan
+from hostkit.paths import NVME_UNIT, WATCHDOG_UNIT, vllm_instance_unit
+from hostkit.plan.plans import HostPlan
 from hostkit.profile.host_profile import HostProfile
 from hostkit.profile.validation import ProfileError, validate_inventory
 
@@ -68,11 +70,6 @@ def current_plan() -> HostPlan:
     if refused is not None:
         raise PyinfraError(f"cannot plan this host, nothing was changed on any host:\n{refused}")
     return plan
-
-
-# What the host-level steps see of vLLM on a host with instances: no vllm.service, so the
-# watchdog is removed and the collector probes none (the plan warns: INSTANCES_NOT_WATCHED).
-NO_VLLM_SERVICE = VllmPlan(enabled=False)
 
 
 def instances_refusal(plan: HostPlan) -> str | None:
@@ -125,14 +122,23 @@ def vllm_host() -> None:
                             scope=plan.scope, _timeout=nvme_boot.INSTALL_DEADLINE_S)
         kernel.sysctl_settings(name="Kernel memory sysctls", plan=plan.kernel, scope=plan.scope)
         kernel.transparent_hugepages(name="Transparent hugepages", plan=plan.kernel, scope=plan.scope)
-    vllm = plan.vllm or NO_VLLM_SERVICE
-    # Before the vLLM unit: a host whose vLLM fails to start is the one to watch.
-    monitoring.monitoring(name="Memory monitoring", plan=plan.monitoring, vllm=vllm, scope=plan.scope)
+    # Before the vLLM units: a host whose vLLM fails to start is the one to watch.
+    monitoring.monitoring(name="Memory monitoring", plan=plan.monitoring, servers=monitored_servers(plan), scope=plan.scope)
     vllm_servers(plan)
-    # After the gate: the watchdog judges a vLLM that has served. Also run when vLLM is
-    # disabled, to remove a watchdog installed before.
-    watchdog.vllm_watchdog(name="vLLM health watchdog", plan=watchdog_plan(plan.watchdog, vllm))
+    # After the gates: a watchdog judges a vLLM that has served.
+    vllm_watchdogs(plan)
     lock.release_deploy_lock(name="Release the deploy lock")
+
+
+def vllm_watchdogs(plan: HostPlan) -> None:
+    """Each server's watchdog; also run when vLLM is disabled, to remove a watchdog installed
+    before. Watchdogs of instances not planned go first, as their instances did."""
+    if plan.instances or leftover_watchdogs(plan):
+        watchdog.instance_watchdogs_removed(name="Remove the watchdogs of instances not planned",
+                                            planned=list(plan.instances), scope=plan.scope)
+    for wanted in host_watchdog_plans(plan):
+        name = "vLLM health watchdog" if wanted.unit == WATCHDOG_UNIT else f"vLLM health watchdog {wanted.unit}"
+        watchdog.vllm_watchdog(name=name, plan=wanted)
 
 
 def vllm_servers(plan: HostPlan) -> None:
@@ -156,6 +162,12 @@ def leftover_instances(plan: HostPlan) -> bool:
     removal step run, so that a host that never had instances deploys as before them."""
     current = snapshot(host, plan.scope).vllm
     return bool(current.instance_units or current.instance_env_files)
+
+
+def leftover_watchdogs(plan: HostPlan) -> bool:
+    """Whether a host of vllm.service has instances' watchdogs left: only then does their
+    removal step run, as with leftover_instances."""
+    return bool(snapshot(host, plan.scope).vllm.instance_watchdogs)
 
 
 def vllm_instances(plan: HostPlan) -> None:

@@ -6,8 +6,9 @@ fact, a unit file and the planner name a path the same way without reaching up t
 
 from __future__ import annotations
 
+SYSTEMD_UNIT_DIR = "/etc/systemd/system"
 VLLM_UNIT = "vllm.service"
-VLLM_UNIT_PATH = f"/etc/systemd/system/{VLLM_UNIT}"
+VLLM_UNIT_PATH = f"{SYSTEMD_UNIT_DIR}/{VLLM_UNIT}"
 THP_UNIT = "vllm-hostkit-thp.service"
 SWAP_FILE_NAME = "vllm-hostkit.swap"
 # The boot-time unit that finds nvme_device by its /dev/disk/by-id name, formats it when
@@ -23,7 +24,7 @@ NVME_LABEL = "vllm-hostkit"
 # RHEL 8's own python, where python3 is not on PATH: the host-side probes run under it.
 PLATFORM_PYTHON = "/usr/libexec/platform-python"
 WATCHDOG_UNIT = "vllm-hostkit-watchdog.service"
-WATCHDOG_UNIT_PATH = f"/etc/systemd/system/{WATCHDOG_UNIT}"
+WATCHDOG_UNIT_PATH = f"{SYSTEMD_UNIT_DIR}/{WATCHDOG_UNIT}"
 WATCHDOG_SCRIPT_PATH = "/usr/local/sbin/vllm-watchdog"
 # The watchdog unit's StateDirectory= under /var/lib, and its state file there.
 WATCHDOG_STATE_DIRECTORY = "vllm-hostkit"
@@ -45,3 +46,12 @@ def is_vllm_unit(unit: str | None) -> bool:
 
 def vllm_instance_env_file(instance: str) -> str:
     return f"{CONFIG_DIR}/vllm@{instance}.env"
+
+
+def watchdog_instance_unit(instance: str) -> str:
+    """The watchdog of vllm@NAME.service: a concrete unit of its own, as vllm@NAME.service is."""
+    return f"vllm-hostkit-watchdog@{instance}.service"
+
+
+def watchdog_instance_state_path(instance: str) -> str:
+    return f"/var/lib/{WATCHDOG_STATE_DIRECTORY}/watchdog@{instance}.json"

@@ -1,6 +1,7 @@
-"""The vLLM health watchdog as the host should have it: hostkit/remote/vllm_watchdog.py and the
-unit that runs it, rendered from the plan's watchdog settings and its vLLM plan. Shared by the
-deploy and `hostkit verify`."""
+"""The vLLM health watchdogs as the host should have them: hostkit/remote/vllm_watchdog.py and
+the unit that runs it for each vLLM server (vllm.service's vllm-hostkit-watchdog.service, or
+vllm-hostkit-watchdog@NAME.service for each of vllm_instances), rendered from the plan's
+watchdog settings and the server's plan. Shared by the deploy and `hostkit verify`."""
 
 from __future__ import annotations
 
@@ -10,8 +11,18 @@ from hostkit import templates
 from hostkit.desired.deploy_lock import deploy_lock_stale_after_s
 from hostkit.desired.directives import fit_unit
 from hostkit.desired.vllm_unit import exec_line
-from hostkit.paths import VLLM_UNIT, WATCHDOG_SCRIPT_PATH, WATCHDOG_STATE_DIRECTORY
-from hostkit.plan.plans import VllmPlan, WatchdogSettings
+from hostkit.paths import (
+    SYSTEMD_UNIT_DIR,
+    VLLM_UNIT,
+    WATCHDOG_SCRIPT_PATH,
+    WATCHDOG_STATE_DIRECTORY,
+    WATCHDOG_STATE_PATH,
+    WATCHDOG_UNIT,
+    vllm_instance_unit,
+    watchdog_instance_state_path,
+    watchdog_instance_unit,
+)
+from hostkit.plan.plans import HostPlan, VllmPlan, WatchdogSettings
 from hostkit.remote import host_file, host_program
 from hostkit.vllm.readiness import probe_address
 
@@ -25,20 +36,34 @@ COMPLETION_TIMEOUT_MIN_S = 10
 @dataclass(frozen=True)
 class WatchdogPlan:
     enabled: bool
+    unit: str = WATCHDOG_UNIT
     unit_text: str = ""
     script_text: str = ""
+    # Not enabled: whether the script stays, for the host's other watchdogs.
+    keep_script: bool = False
+
+    @property
+    def unit_path(self) -> str:
+        return f"{SYSTEMD_UNIT_DIR}/{self.unit}"
 
 
 def script_text() -> str:
     return host_program(host_file("vllm_watchdog.py"), "http_request.py")
 
 
+def watchdog_unit_of(instance: str | None) -> str:
+    return WATCHDOG_UNIT if instance is None else watchdog_instance_unit(instance)
+
+
 def watchdog_argv(settings: WatchdogSettings, vllm: VllmPlan) -> list[str]:
     address = probe_address(vllm.host)
     url = f"http://[{address}]:{vllm.port}" if ":" in address else f"http://{address}:{vllm.port}"
     interval = settings.interval_s
+    # An instance by its name: the script derives its env and state files, whose paths would
+    # put vllm-hostkit in the argv (the deploy lock's leftover marker).
+    watched = ["--unit", VLLM_UNIT] if vllm.instance is None else ["--instance", vllm.instance]
     return [
-        PYTHON, "-I", WATCHDOG_SCRIPT_PATH, "--unit", VLLM_UNIT, "--url", url, "--model", vllm.served_model_name,
+        PYTHON, "-I", WATCHDOG_SCRIPT_PATH, *watched, "--url", url, "--model", vllm.served_model_name,
         "--interval", str(interval), "--failures", str(settings.failures),
         "--max-restarts-per-hour", str(settings.max_restarts_per_hour),
         "--completion-every", str(COMPLETION_EVERY),
@@ -47,12 +72,26 @@ def watchdog_argv(settings: WatchdogSettings, vllm: VllmPlan) -> list[str]:
     ]
 
 
-def watchdog_plan(settings: WatchdogSettings, vllm: VllmPlan) -> WatchdogPlan:
-    """The watchdog's unit and script as the host should have them; not enabled: none."""
-    if not (vllm.enabled and settings.enabled):
-        return WatchdogPlan(False)
-    unit = templates().get_template("vllm-hostkit-watchdog.service.j2").render(
-        vllm_unit=VLLM_UNIT, script_path=WATCHDOG_SCRIPT_PATH, exec_start=exec_line(watchdog_argv(settings, vllm)),
-        state_directory=WATCHDOG_STATE_DIRECTORY, state_dir=f"/var/lib/{WATCHDOG_STATE_DIRECTORY}",
+def watchdog_plan(settings: WatchdogSettings | None, vllm: VllmPlan) -> WatchdogPlan:
+    """The watchdog's unit and script as the host should have them for one vLLM server;
+    not enabled (or no settings planned): none."""
+    unit = watchdog_unit_of(vllm.instance)
+    if not (vllm.enabled and settings is not None and settings.enabled):
+        return WatchdogPlan(False, unit, keep_script=vllm.instance is not None)
+    instance = vllm.instance
+    text = templates().get_template("vllm-hostkit-watchdog.service.j2").render(
+        instance=instance, vllm_unit=VLLM_UNIT if instance is None else vllm_instance_unit(instance),
+        script_path=WATCHDOG_SCRIPT_PATH, exec_start=exec_line(watchdog_argv(settings, vllm)),
+        state_directory=WATCHDOG_STATE_DIRECTORY,
+        state_file=WATCHDOG_STATE_PATH if instance is None else watchdog_instance_state_path(instance),
     )
-    return WatchdogPlan(True, fit_unit(unit, vllm.systemd_version)[0], script_text())
+    return WatchdogPlan(True, unit, fit_unit(text, vllm.systemd_version)[0], script_text())
+
+
+def host_watchdog_plans(plan: HostPlan) -> list[WatchdogPlan]:
+    """Every watchdog of the host: vllm.service's; or on a host with instances, each one's, after
+    vllm.service's removed (the script kept while an instance's watchdog runs it)."""
+    if not plan.instances:
+        return [watchdog_plan(plan.watchdog, plan.vllm)]
+    instances = [watchdog_plan(server.watchdog, server) for server in plan.instances.values()]
+    return [WatchdogPlan(False, keep_script=any(wanted.enabled for wanted in instances)), *instances]

@@ -23,6 +23,7 @@ from hostkit.facts.scope import SnapshotScope
 from hostkit.facts.systemctl_show import SHOW_FUNCTIONS, parse_show
 from hostkit.paths import (
     CONFIG_DIR, VLLM_ENV_FILE, VLLM_UNIT, VLLM_UNIT_PATH, vllm_instance_env_file, vllm_instance_unit,
+    watchdog_instance_unit,
 )
 from hostkit.remote import host_file
 from hostkit.vllm.readiness import Probe, probe_command
@@ -34,6 +35,7 @@ _UNIT_PROPERTIES = (
     "ActiveEnterTimestampMonotonic", "NeedDaemonReload", "ControlGroup", "DropInPaths",
 )
 UNIT_DIR = VLLM_UNIT_PATH.rsplit("/", 1)[0]
+WATCHDOG_INSTANCE_GLOB = f"{UNIT_DIR}/{watchdog_instance_unit('*')}"
 # The first line of every unit hostkit renders (templates/vllm.service.j2): a vllm@NAME.service
 # without it is someone else's, which the deploy leaves alone.
 MANAGED_MARKER = "# Managed by vllm-hostkit"
@@ -115,10 +117,12 @@ class VllmServiceState:
     # it back), and when the running main process started. None: unknown.
     command_changed_at: int | None = None
     main_started_at: int | None = None
-    # Instance names of the vllm@NAME.service files hostkit wrote, and of the vllm@NAME.env
-    # files, on the host (whichever service the fact looked at).
+    # Instance names of the vllm@NAME.service files hostkit wrote, of the vllm@NAME.env files
+    # and of the vllm-hostkit-watchdog@NAME.service files hostkit wrote, on the host (whichever
+    # service the fact looked at).
     instance_units: tuple[str, ...] = ()
     instance_env_files: tuple[str, ...] = ()
+    instance_watchdogs: tuple[str, ...] = ()
 
     @property
     def release_replaced(self) -> bool:
@@ -181,6 +185,7 @@ class VllmServiceFact(FactBase):
             "hk_env_dir": CONFIG_DIR,
             "hk_instance_units": f"{UNIT_DIR}/{vllm_instance_unit('*')}",
             "hk_instance_env_files": vllm_instance_env_file("*"),
+            "hk_instance_watchdogs": WATCHDOG_INSTANCE_GLOB,
             "hk_managed": MANAGED_MARKER,
             "hk_properties": " ".join(_UNIT_PROPERTIES),
             "hk_timed_out": TIMED_OUT,
@@ -193,7 +198,7 @@ class VllmServiceFact(FactBase):
         values: dict[str, str] = {}
         unit_lines: list[str] = []
         cgroup: dict[str, str] = {}
-        listed: dict[str, list[str]] = {"instance_unit": [], "instance_env": []}
+        listed: dict[str, list[str]] = {"instance_unit": [], "instance_env": [], "instance_watchdog": []}
         for line in output:
             key, _, value = line.partition("=")
             if key in listed:
@@ -224,12 +229,13 @@ class VllmServiceFact(FactBase):
             command_changed_at=to_int(values.get("command_ctime") or None),
             main_started_at=to_int(values.get("main_start", "").lstrip("@") or None),
             timeouts=timed_out_lines(output),
-            instance_units=_instance_names(listed["instance_unit"], f"{UNIT_DIR}/{vllm_instance_unit('*')}"),
-            instance_env_files=_instance_names(listed["instance_env"], vllm_instance_env_file("*")),
+            instance_units=instance_names(listed["instance_unit"], f"{UNIT_DIR}/{vllm_instance_unit('*')}"),
+            instance_env_files=instance_names(listed["instance_env"], vllm_instance_env_file("*")),
+            instance_watchdogs=instance_names(listed["instance_watchdog"], WATCHDOG_INSTANCE_GLOB),
         )
 
 
-def _instance_names(paths: list[str], pattern: str) -> tuple[str, ...]:
+def instance_names(paths: list[str], pattern: str) -> tuple[str, ...]:
     """The NAME of each path that `pattern` (a path with one `*`) matches, sorted."""
     before, after = pattern.split("*")
     return tuple(sorted(path[len(before):len(path) - len(after)] for path in paths

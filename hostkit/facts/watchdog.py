@@ -1,4 +1,5 @@
-"""The installed vLLM health watchdog: its files' hashes and its unit's state."""
+"""An installed vLLM health watchdog (vllm.service's, or an instance's): its files' hashes and
+its unit's state. Which instances have a watchdog is the snapshot's (hostkit.facts.vllm_service)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from dataclasses import dataclass
 from pyinfra.api import FactBase
 
 from hostkit.facts.systemctl_show import SHOW_FUNCTIONS, parse_show
-from hostkit.paths import WATCHDOG_SCRIPT_PATH, WATCHDOG_UNIT, WATCHDOG_UNIT_PATH
+from hostkit.paths import SYSTEMD_UNIT_DIR, WATCHDOG_SCRIPT_PATH, WATCHDOG_UNIT
 
 
 @dataclass(frozen=True)
@@ -33,11 +34,11 @@ def _sha_line(name: str, path: str) -> str:
 
 
 class WatchdogFact(FactBase):
-    """The installed watchdog: file hashes and unit state."""
+    """The installed watchdog `unit` (vllm.service's by default): file hashes and unit state."""
 
-    def command(self) -> str:
-        return "\n".join((SHOW_FUNCTIONS, _sha_line("unit_sha256", WATCHDOG_UNIT_PATH),
-                          _sha_line("script_sha256", WATCHDOG_SCRIPT_PATH), f"hk_show {WATCHDOG_UNIT} {' '.join(_SHOW)}",
+    def command(self, unit: str = WATCHDOG_UNIT) -> str:
+        return "\n".join((SHOW_FUNCTIONS, _sha_line("unit_sha256", f"{SYSTEMD_UNIT_DIR}/{unit}"),
+                          _sha_line("script_sha256", WATCHDOG_SCRIPT_PATH), f"hk_show {unit} {' '.join(_SHOW)}",
                           "true"))
 
     def process(self, output: list[str]) -> WatchdogState:

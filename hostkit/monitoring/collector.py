@@ -1,9 +1,10 @@
 """vllm-hostkit's metrics collector, run on the host by a systemd timer.
 
 Runs as `python3 -I -S collector.py ...` (standard library only: no site packages on the
-host are needed or trusted). One run reads the vLLM unit's memory cgroup, systemd's view of
-the unit, /proc/meminfo, /proc/vmstat, the kernel log (/dev/kmsg, for Xid errors and the
-unit's OOM kills) and nvidia-smi, and writes Prometheus text format for node_exporter's
+host are needed or trusted). One run reads each vLLM unit's memory cgroup and systemd's view
+of it (vllm.service, or each of vllm_instances, whose series carry vllm_instance="NAME"),
+/proc/meminfo, /proc/vmstat, the kernel log (/dev/kmsg, for Xid errors and the units' OOM
+kills) and nvidia-smi, and writes Prometheus text format for node_exporter's
 textfile collector: to a temporary file in the same directory, then renamed over
 `hostkit.prom`, so node_exporter never reads half a file.
 
@@ -42,6 +43,7 @@ SYSTEMD_PROPERTIES = ("ActiveState", "SubState", "Result", "NRestarts", "Control
 XID_RE = re.compile(r"NVRM: Xid \([^)]*\): (\d+)")
 OOM_TASK_MEMCG_RE = re.compile(r"oom-kill:.*\btask_memcg=([^,\s]+)")
 TEXTFILE_NAME = "hostkit.prom"
+INSTANCE_LABEL = "vllm_instance"
 SWAP_FILE_NAME = "vllm-hostkit.swap"
 
 # name: (type, help). Every sample written must be declared here.
@@ -258,14 +260,26 @@ def watchdog_restarts(text: str | None) -> int | None:
     return len(restarts) if isinstance(restarts, list) else None
 
 
-def unit_sample(unit: dict[str, str], healthy: bool) -> list[tuple[str, dict[str, str], float]]:
+def unit_labels(unit: str) -> dict[str, str]:
+    """The labels of a vLLM unit's series: vllm_instance="NAME" for vllm@NAME.service; none for
+    vllm.service, whose series read as they always have. Not `instance`: Prometheus sets that
+    to the scrape target (every alert names the host by it) and renames a scraped one."""
+    if unit.startswith("vllm@") and unit.endswith(".service"):
+        return {INSTANCE_LABEL: unit[len("vllm@"):-len(".service")]}
+    return {}
+
+
+def unit_sample(unit: dict[str, str], healthy: bool,
+                labels: dict[str, str] | None = None) -> list[tuple[str, dict[str, str], float]]:
+    labels = labels or {}
     active_state = unit.get("ActiveState", "")
-    samples = [("hostkit_vllm_up", {}, int(active_state == "active" and healthy))]
-    samples += [("hostkit_vllm_unit_state", {"state": state}, int(state == active_state)) for state in UNIT_STATES]
-    samples.append(("hostkit_vllm_start_limit_hit", {}, int(unit.get("Result") == "start-limit-hit")))
+    samples = [("hostkit_vllm_up", labels, int(active_state == "active" and healthy))]
+    samples += [("hostkit_vllm_unit_state", {**labels, "state": state}, int(state == active_state))
+                for state in UNIT_STATES]
+    samples.append(("hostkit_vllm_start_limit_hit", labels, int(unit.get("Result") == "start-limit-hit")))
     restarts = parse_int(unit.get("NRestarts"))
     if restarts is not None:
-        samples.append(("hostkit_vllm_restarts_total", {}, restarts))
+        samples.append(("hostkit_vllm_restarts_total", labels, restarts))
     return samples
 
 
@@ -350,14 +364,22 @@ def health_ok(url: str, timeout_s: float) -> bool:
         return False
 
 
+# A unit's part of the state: its OOM kills since boot, its last cgroup, its kept peak.
+UNIT_STATE_KEYS = ("unit_ooms", "unit_cgroup", "peak")
+
+
 def load_state(path: str, boot_id: str) -> dict:
+    """The state kept across runs, each unit's under "units"; a file of a collector before
+    several units held vllm.service's at the top."""
     try:
         with open(path) as handle:
             state = json.load(handle)
     except (OSError, ValueError):
         state = {}
     if not isinstance(state, dict) or state.get("boot_id") != boot_id:
-        state = {"boot_id": boot_id, "kmsg_seq": -1, "xids": {}, "unit_ooms": 0}
+        return {"boot_id": boot_id, "kmsg_seq": -1, "xids": {}, "units": {}}
+    if "units" not in state:
+        state["units"] = {"vllm.service": {key: state.pop(key) for key in UNIT_STATE_KEYS if key in state}}
     return state
 
 
@@ -376,9 +398,11 @@ def cgroup_dirs(control_group: str) -> tuple[str, int]:
     return "/sys/fs/cgroup/memory" + control_group, 1
 
 
-def unit_memory_samples(directory: str, version: int, invocation: str, state: dict):
-    """The unit's memory metrics from its cgroup files; `state` keeps the high-water mark
-    where the kernel has no peak file (v2 before Linux 5.19)."""
+def unit_memory_samples(directory: str, version: int, invocation: str, state: dict,
+                        labels: dict[str, str] | None = None):
+    """The unit's memory metrics from its cgroup files; `state` (the unit's) keeps the
+    high-water mark where the kernel has no peak file (v2 before Linux 5.19)."""
+    labels = labels or {}
     if version == 2:
         current = parse_int(read(f"{directory}/memory.current"))
         peak = parse_int(read(f"{directory}/memory.peak"))
@@ -399,14 +423,15 @@ def unit_memory_samples(directory: str, version: int, invocation: str, state: di
         kept = state.get("peak", {})
         peak = max(current, kept.get("bytes", 0) if kept.get("invocation") == invocation else 0)
         state["peak"] = {"invocation": invocation, "bytes": peak}
-    samples = [("hostkit_vllm_memory_current_bytes", {}, current), ("hostkit_vllm_memory_peak_bytes", {}, peak)]
-    samples += [(name, {}, value) for name, value in limits.items() if value is not None]
+    samples = [("hostkit_vllm_memory_current_bytes", labels, current), ("hostkit_vllm_memory_peak_bytes", labels, peak)]
+    samples += [(name, labels, value) for name, value in limits.items() if value is not None]
     if swap is not None:
-        samples.append(("hostkit_vllm_swap_current_bytes", {}, swap))
+        samples.append(("hostkit_vllm_swap_current_bytes", labels, swap))
     return samples, events_oom
 
 
-def gpu_samples(timeout_s: float, unit_cgroup: str):
+def gpu_samples(timeout_s: float, unit_cgroups: list[str]):
+    """The GPUs' memory; a process in none of `unit_cgroups` (the vLLM units') is another's."""
     if not any(os.access(os.path.join(d, "nvidia-smi"), os.X_OK) for d in os.get_exec_path()):
         return []
     query = run_bounded(["nvidia-smi", "--query-gpu=index,uuid,memory.total,memory.used",
@@ -418,7 +443,8 @@ def gpu_samples(timeout_s: float, unit_cgroup: str):
     if query is None or apps is None:
         return [("hostkit_gpu_query_success", {}, 0)]
     rows = gpu_memory(parse_gpu_query(query), parse_compute_apps(apps),
-                      lambda pid: in_cgroup((read(f"/proc/{pid}/cgroup") or "").splitlines(), unit_cgroup))
+                      lambda pid: any(in_cgroup((read(f"/proc/{pid}/cgroup") or "").splitlines(), unit_cgroup)
+                                      for unit_cgroup in unit_cgroups))
     samples = [("hostkit_gpu_query_success", {}, 1)]
     for index, used, total, others in rows:
         samples += [("hostkit_gpu_memory_used_bytes", {"gpu": index}, used),
@@ -427,40 +453,55 @@ def gpu_samples(timeout_s: float, unit_cgroup: str):
     return samples
 
 
+def unit_samples(unit: str, health_url: str, watchdog_file: str, records, after_seq: int, state: dict,
+                 command_timeout: float):
+    """One vLLM unit's series, labelled by unit_labels, and its cgroup; `state` is the unit's."""
+    labels = unit_labels(unit)
+    shown = parse_systemctl_show(run_bounded(
+        ["systemctl", "show", unit, *(f"--property={name}" for name in SYSTEMD_PROPERTIES)], command_timeout) or "")
+    control_group = shown.get("ControlGroup", "")
+    active = shown.get("ActiveState") == "active"
+    samples = unit_sample(shown, active and health_ok(health_url, command_timeout), labels)
+    watchdog = watchdog_restarts(read(watchdog_file))
+    if watchdog is not None:
+        samples.append(("hostkit_vllm_watchdog_restarts_total", labels, watchdog))
+
+    events_oom = None
+    # Without systemd (or its answer) the unit's cgroup is the last one systemd named, else
+    # where the unit is planned: a process in it is vLLM's, with or without systemd.
+    unit_cgroup = control_group or state.get("unit_cgroup") or unit_cgroup_path(unit)
+    if control_group:
+        state["unit_cgroup"] = control_group
+        directory, version = cgroup_dirs(control_group)
+        memory, events_oom = unit_memory_samples(directory, version, shown.get("InvocationID", ""), state, labels)
+        samples += memory
+    unit_ooms = scan_kernel_log(records, after_seq, unit_cgroup)[2]
+    # The kernel log is the count that survives a re-created cgroup; memory.events can only
+    # be ahead of it when the log lost records.
+    state["unit_ooms"] = max(state.get("unit_ooms", 0) + unit_ooms, events_oom or 0)
+    samples.append(("hostkit_vllm_oom_kills_total", labels, state["unit_ooms"]))
+    return samples, unit_cgroup
+
+
 def collect(args) -> str:
     started = time.monotonic()
     boot_id = (read("/proc/sys/kernel/random/boot_id") or "").strip()
     state_path = os.path.join(args.state_dir, "monitor-state.json")
     state = load_state(state_path, boot_id)
 
-    unit = parse_systemctl_show(run_bounded(
-        ["systemctl", "show", args.unit, *(f"--property={name}" for name in SYSTEMD_PROPERTIES)],
-        args.command_timeout) or "")
-    control_group = unit.get("ControlGroup", "")
-    active = unit.get("ActiveState") == "active"
-    samples = unit_sample(unit, active and health_ok(args.health_url, args.command_timeout))
-    watchdog = watchdog_restarts(read(args.watchdog_file))
-    if watchdog is not None:
-        samples.append(("hostkit_vllm_watchdog_restarts_total", {}, watchdog))
-
-    events_oom = None
-    # Without systemd (or its answer) the unit's cgroup is the last one systemd named, else
-    # where the unit is planned: a process in it is vLLM's, with or without systemd.
-    unit_cgroup = control_group or state.get("unit_cgroup") or unit_cgroup_path(args.unit)
-    if control_group:
-        state["unit_cgroup"] = control_group
-        directory, version = cgroup_dirs(control_group)
-        memory, events_oom = unit_memory_samples(directory, version, unit.get("InvocationID", ""), state)
-        samples += memory
-
-    last_seq, xids, unit_ooms = scan_kernel_log(read_kmsg(), state["kmsg_seq"], unit_cgroup)
+    records = list(read_kmsg())
+    after_seq = state["kmsg_seq"]
+    samples, unit_cgroups = [], []
+    for unit, health_url, watchdog_file in zip(args.unit, args.health_url, args.watchdog_file):
+        unit_state = state["units"].setdefault(unit, {})
+        found, unit_cgroup = unit_samples(unit, health_url, watchdog_file, records, after_seq, unit_state,
+                                          args.command_timeout)
+        samples += found
+        unit_cgroups.append(unit_cgroup)
+    last_seq, xids, _ = scan_kernel_log(records, after_seq, "")
     state["kmsg_seq"] = last_seq
     for code, count in xids.items():
         state["xids"][code] = state["xids"].get(code, 0) + count
-    # The kernel log is the count that survives a re-created cgroup; memory.events can only
-    # be ahead of it when the log lost records.
-    state["unit_ooms"] = max(state["unit_ooms"] + unit_ooms, events_oom or 0)
-    samples.append(("hostkit_vllm_oom_kills_total", {}, state["unit_ooms"]))
     samples += [("hostkit_gpu_xid_errors_total", {"code": code}, count) for code, count in sorted(state["xids"].items())]
 
     vmstat = parse_key_values(read("/proc/vmstat") or "")
@@ -479,7 +520,7 @@ def collect(args) -> str:
                 for path in planned_swap_files(read(args.nvme_settings) if args.nvme_settings else None,
                                                read("/etc/fstab"))]
 
-    samples += gpu_samples(args.nvidia_smi_timeout, unit_cgroup)
+    samples += gpu_samples(args.nvidia_smi_timeout, unit_cgroups)
     samples += [("hostkit_collector_duration_seconds", {}, round(time.monotonic() - started, 6)),
                 ("hostkit_collector_interval_seconds", {}, args.interval),
                 ("hostkit_collector_last_success_timestamp_seconds", {}, round(time.time(), 3))]
@@ -491,15 +532,21 @@ def collect(args) -> str:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--textfile-dir", required=True)
-    parser.add_argument("--unit", default="vllm.service")
+    # Once per vLLM unit, each --unit with the --health-url and --watchdog-file of its place.
+    parser.add_argument("--unit", action="append")
     parser.add_argument("--interval", type=int, default=15)
-    parser.add_argument("--health-url", default="")
+    parser.add_argument("--health-url", action="append")
     parser.add_argument("--state-dir", default="/var/lib/vllm-hostkit")
-    parser.add_argument("--watchdog-file", default="/var/lib/vllm-hostkit/watchdog.json")
+    parser.add_argument("--watchdog-file", action="append")
     parser.add_argument("--nvidia-smi-timeout", type=float, default=5.0)
     parser.add_argument("--command-timeout", type=float, default=3.0)
     parser.add_argument("--nvme-settings", default="", help="the NVMe boot unit's settings file")
     args = parser.parse_args(argv)
+    args.unit = args.unit or ["vllm.service"]
+    args.health_url = args.health_url or [""] * len(args.unit)
+    args.watchdog_file = args.watchdog_file or ["/var/lib/vllm-hostkit/watchdog.json"] * len(args.unit)
+    if not len(args.unit) == len(args.health_url) == len(args.watchdog_file):
+        parser.error("give each --unit its --health-url and --watchdog-file")
     text = collect(args)
     os.makedirs(args.textfile_dir, exist_ok=True)
     write_atomically(os.path.join(args.textfile_dir, TEXTFILE_NAME), text)

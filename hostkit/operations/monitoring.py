@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import posixpath
 import shlex
+from collections.abc import Sequence
 
 from pyinfra import host
 from pyinfra.api import operation
@@ -76,9 +77,10 @@ def _unmet(plan: MonitoringPlan, state: MonitoringState) -> list[str]:
     return problems
 
 
-def monitoring_changes(plan: MonitoringPlan, vllm: VllmPlan, state: MonitoringState) -> dict[str, str] | None:
+def monitoring_changes(plan: MonitoringPlan, servers: Sequence[VllmPlan],
+                       state: MonitoringState) -> dict[str, str] | None:
     """The files to (re)write, or None when nothing at all needs doing."""
-    changed = {path: text for path, text in wanted_files(plan, vllm).items()
+    changed = {path: text for path, text in wanted_files(plan, servers).items()
                if state.file_sha256.get(path) != text_sha256(text)}
     if changed or _unmet(plan, state):
         return changed
@@ -131,13 +133,13 @@ def remove_command(plan: MonitoringPlan, state: MonitoringState) -> str:
 
 
 @operation()
-def monitoring(plan: MonitoringPlan, vllm: VllmPlan, scope: SnapshotScope):
+def monitoring(plan: MonitoringPlan, servers: list[VllmPlan], scope: SnapshotScope):
     """
     Install (or with monitoring not enabled, remove) the memory collector, its timer and
     optionally node_exporter.
 
     + plan: the host plan's monitoring part
-    + vllm: the host plan's vLLM part (the health URL the collector probes)
+    + servers: the host plan's vLLM servers (monitored_servers: the units and health URLs the collector reads)
     + scope: the host plan's snapshot scope
     """
     state: MonitoringState = snapshot(host, scope).monitoring
@@ -146,7 +148,7 @@ def monitoring(plan: MonitoringPlan, vllm: VllmPlan, scope: SnapshotScope):
             mark_changed(host, "monitoring")
             yield remove_command(plan, state)
         return
-    changed = monitoring_changes(plan, vllm, state)
+    changed = monitoring_changes(plan, servers, state)
     if changed is None:
         return
     mark_changed(host, "monitoring")

@@ -47,7 +47,6 @@ from hostkit.plan.scope import snapshot_scope
 from hostkit.paths import DEFAULT_CACHE_DIR, NVME_LABEL, NVME_UNIT, SWAP_FILE_NAME, VLLM_UNIT, vllm_instance_unit
 from hostkit.plan.gpu_policy import GpuPolicy
 from hostkit.plan.plans import (
-    INSTANCES_NOT_WATCHED,
     GpuPlan,
     HostPlan,
     KernelPlan,
@@ -157,7 +156,6 @@ def plan_host(profile: HostProfile, facts: PlanningFacts, host_name: str = "this
             found.refuse(f"sysctl[{key!r}]", problem)
     if profile.vllm_instances:
         vllm, planned = None, _plan_instances(profile, facts, nvme, swap, found)
-        found.warnings.append(INSTANCES_NOT_WATCHED)
     else:
         vllm, planned = _plan_vllm(profile, facts, nvme, swap, found), {}
     if facts.platform is not None:
@@ -405,6 +403,7 @@ def _plan_instances(
         plans[name] = plan.model_copy(update={
             "instance": name, "gpu_indices": [gpu.index for gpu in placed[name]],
             "gpu_uuids": [gpu.uuid for gpu in placed[name]], "shared_gpus": shared.get(name, []),
+            "watchdog": watchdog_settings(instance),
         })
     found.notes.append(instances.NUMA_NOT_PLANNED)
     return plans

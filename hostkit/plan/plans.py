@@ -5,7 +5,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 from hostkit.facts.scope import SnapshotScope
-from hostkit.paths import DEFAULT_CACHE_DIR, NVME_LABEL, NVME_UNIT, WATCHDOG_UNIT
+from hostkit.paths import DEFAULT_CACHE_DIR, NVME_LABEL, NVME_UNIT
 from hostkit.plan.gpu_policy import GpuPolicy
 from hostkit.plan.scope import snapshot_scope
 from hostkit.profile.host_profile import HostProfile
@@ -16,7 +16,7 @@ from hostkit.vllm.runtime import InstallTarget
 # swap) and sees only the disks its host gives it. The plan of a container leaves them out.
 HOST_SETTINGS = ("nvme", "swap", "sysctl", "thp")
 # The VllmPlan fields only an instance of vllm_instances sets: vllm.service's JSON leaves them out.
-INSTANCE_FIELDS = frozenset({"instance", "gpu_indices", "gpu_uuids", "shared_gpus"})
+INSTANCE_FIELDS = frozenset({"instance", "gpu_indices", "gpu_uuids", "shared_gpus", "watchdog"})
 
 
 def left_to_host(container: str) -> str:
@@ -123,6 +123,16 @@ class VllmRuntimePlan(_Plan):
     os_package_files: tuple[str, ...] = Field(default=(), exclude=True)
 
 
+class WatchdogSettings(_Plan):
+    """The health watchdog's judgement: how often it checks, after how many failures it
+    restarts vLLM, and its hourly cap."""
+
+    enabled: bool = _profile_default("vllm_watchdog")
+    interval_s: int = _profile_default("vllm_watchdog_interval_s")
+    failures: int = _profile_default("vllm_watchdog_failures")
+    max_restarts_per_hour: int = _profile_default("vllm_watchdog_max_restarts_per_hour")
+
+
 class VllmPlan(_Plan):
     enabled: bool
     version: str = ""
@@ -149,28 +159,15 @@ class VllmPlan(_Plan):
     # the plan warns, and the readiness gate and verify do not hold the unapplied limit against it.
     memory_limit_unapplied: str | None = None
     # One of vllm_instances (HostPlan.instances): its name, its GPUs by index and by UUID (what
-    # its unit will put in CUDA_VISIBLE_DEVICES, which survives renumbering), and the GPUs it
-    # shares with other instances, said in words. None and empty for vllm.service.
+    # its unit will put in CUDA_VISIBLE_DEVICES, which survives renumbering), the GPUs it
+    # shares with other instances, said in words, and its own watchdog's settings (the host's
+    # vllm_watchdog* keys, or the instance's). None and empty for vllm.service, whose watchdog
+    # is HostPlan.watchdog.
     instance: str | None = None
     gpu_indices: list[int] = Field(default_factory=list)
     gpu_uuids: list[str] = Field(default_factory=list)
     shared_gpus: list[str] = Field(default_factory=list)
-
-
-# A plan warning of every host with vllm_instances: the deploy runs the instances' units and
-# gates, while the watchdog and the collector still watch vllm.service alone (issue 35).
-INSTANCES_NOT_WATCHED = (f"vllm_instances: the watchdog and the memory metrics do not cover instances yet:"
-                         f" no {WATCHDOG_UNIT} (removed if there), no per-instance metrics")
-
-
-class WatchdogSettings(_Plan):
-    """The health watchdog's judgement: how often it checks, after how many failures it
-    restarts vLLM, and its hourly cap."""
-
-    enabled: bool = _profile_default("vllm_watchdog")
-    interval_s: int = _profile_default("vllm_watchdog_interval_s")
-    failures: int = _profile_default("vllm_watchdog_failures")
-    max_restarts_per_hour: int = _profile_default("vllm_watchdog_max_restarts_per_hour")
+    watchdog: WatchdogSettings | None = None
 
 
 class GpuPlan(_Plan):

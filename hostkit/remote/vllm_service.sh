@@ -1,8 +1,8 @@
 # The snapshot's vllm section (hostkit.facts.vllm_service parses it). Set before it: hk_target
 # (the target as JSON), hk_user, hk_command, hk_unit, hk_unit_path, hk_env_file, hk_env_dir,
-# hk_properties (systemctl show's property names), hk_timed_out; hk_instance_units and
-# hk_instance_env_files (globs of the instances' files), hk_managed (the first line of a unit
-# hostkit wrote); hk_ready_probe (prints the readiness probe's JSON line) and hk_show,
+# hk_properties (systemctl show's property names), hk_timed_out; hk_instance_units,
+# hk_instance_env_files and hk_instance_watchdogs (globs of the instances' files), hk_managed
+# (the first line of a unit hostkit wrote); hk_ready_probe (prints the readiness probe's JSON line) and hk_show,
 # hk_show_value (hostkit.facts.systemctl_show).
 echo "target=$hk_target"
 echo "uid=$(id -u -- "$hk_user" 2>/dev/null)"
@@ -54,6 +54,10 @@ for hk_path in $hk_instance_units; do
 done
 for hk_path in $hk_instance_env_files; do
   [ -f "$hk_path" ] && echo "instance_env=$hk_path"
+done
+for hk_path in $hk_instance_watchdogs; do
+  [ -f "$hk_path" ] && IFS= read -r hk_line < "$hk_path" || continue
+  case $hk_line in "$hk_managed"*) echo "instance_watchdog=$hk_path" ;; esac
 done
 hk_probe=$(hk_ready_probe)
 [ -z "$hk_probe" ] || printf 'probe=%s\n' "$hk_probe"

@@ -26,6 +26,9 @@ It leaves the unit alone when:
   a model, which can take many minutes): failures count only once the instance, known by
   its InvocationID, has answered at least once.
 
+With --instance NAME it watches vllm@NAME.service of vllm_instances instead, with that
+instance's env file, and keeps its state in watchdog@NAME.json beside watchdog.json.
+
 State file /var/lib/vllm-hostkit/watchdog.json (written atomically after every check,
 mode 0644; read by hostkit doctor and by monitoring):
     {
@@ -56,8 +59,10 @@ try:
 except ImportError:  # on the host, where the installed script holds their text before this
     pass
 
-STATE_PATH = "/var/lib/vllm-hostkit/watchdog.json"
-ENV_FILE = "/etc/vllm-hostkit/vllm.env"
+STATE_DIR = "/var/lib/vllm-hostkit"
+CONFIG_DIR = "/etc/vllm-hostkit"
+STATE_PATH = f"{STATE_DIR}/watchdog.json"
+ENV_FILE = f"{CONFIG_DIR}/vllm.env"
 LOCK_PATH = "/run/vllm-hostkit/deploy.lock"
 HOUR_S = 3600
 KEPT_RESTARTS = 1000
@@ -306,6 +311,11 @@ def restart(unit: str) -> str | None:
     return None if result.returncode == 0 else (result.stderr.strip() or f"exit status {result.returncode}")
 
 
+def instance_files(instance: str) -> tuple[str, str, str]:
+    """The unit, state file and env file of --instance NAME, as hostkit.paths names them."""
+    return f"vllm@{instance}.service", f"{STATE_DIR}/watchdog@{instance}.json", f"{CONFIG_DIR}/vllm@{instance}.env"
+
+
 def parse_args(argv: list[str]) -> tuple[Config, str, str, str]:
     parser = argparse.ArgumentParser(description="vLLM health watchdog (vllm-hostkit)")
     parser.add_argument("--unit", default="vllm.service")
@@ -320,7 +330,12 @@ def parse_args(argv: list[str]) -> tuple[Config, str, str, str]:
     parser.add_argument("--state", default=STATE_PATH)
     parser.add_argument("--env-file", default=ENV_FILE)
     parser.add_argument("--lock", default=LOCK_PATH)
+    # Named here rather than by --unit, --state and --env-file: their paths name vllm-hostkit,
+    # and the deploy lock takes a process whose argv does for a deploy's leftover.
+    parser.add_argument("--instance", help="watch vllm@NAME.service, with its env file and a state file of its own")
     args = parser.parse_args(argv)
+    if args.instance:
+        args.unit, args.state, args.env_file = instance_files(args.instance)
     config = Config(args.unit, args.url.rstrip("/"), args.model, args.interval, args.failures,
                     args.max_restarts_per_hour, max(1, args.completion_every), args.completion_timeout,
                     args.lock_stale_after)

@@ -11,10 +11,9 @@ from __future__ import annotations
 import posixpath
 import shlex
 from dataclasses import dataclass, replace
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from hostkit.deploy import NO_VLLM_SERVICE
 from hostkit.facts.kernel import THP_DIR, THP_UNIT_PATH, KernelState, sysctl_key
 from hostkit.facts.storage import SWAP_FILE_SELINUX_TYPE, StorageInfo
 from hostkit.facts.vllm_service import env_file_of, unit_of, unit_path_of
@@ -29,7 +28,7 @@ from hostkit.desired.kernel import (
     wanted_sysctl,
     wanted_thp,
 )
-from hostkit.desired.monitoring import wanted_files
+from hostkit.desired.monitoring import monitored_servers, wanted_files
 from hostkit.desired.nvme_boot import stale_files
 from hostkit.desired.swap import swap_fstab_line, swap_state
 from hostkit.desired.vllm_readiness import memory_limit_problem
@@ -41,8 +40,6 @@ from hostkit.paths import (
     SYSCTL_FILE,
     THP_UNIT,
     WATCHDOG_SCRIPT_PATH,
-    WATCHDOG_UNIT,
-    WATCHDOG_UNIT_PATH,
 )
 from hostkit.plan.plans import (
     GpuPlan,
@@ -438,7 +435,7 @@ def _readiness_checks(plan: VllmPlan, probes: Probes, logs: str) -> list[CheckRe
     return results
 
 
-def watchdog_checks(settings: WatchdogSettings, plan: VllmPlan, probes: Probes, host: str) -> list[CheckResult]:
+def watchdog_checks(settings: WatchdogSettings | None, plan: VllmPlan, probes: Probes, host: str) -> list[CheckResult]:
     """The health watchdog: installed as the deploy renders it, enabled and running; absent
     when vllm_watchdog is false."""
     if not plan.enabled:
@@ -447,8 +444,9 @@ def watchdog_checks(settings: WatchdogSettings, plan: VllmPlan, probes: Probes, 
     current = probes.watchdog
     if current is None:
         return []  # not probed: the probe reads it whenever vLLM is planned
+    unit = wanted.unit
     if not wanted.enabled:
-        present = bool(current.unit_sha256 or current.script_sha256)
+        present = bool(current.unit_sha256 or (current.script_sha256 and not wanted.keep_script))
         return [_check("vllm", "no health watchdog", not present, "none (vllm_watchdog is false)",
                        "installed" if present else "none", redeploy(host) + " (it removes the watchdog)")]
     files_ok = (current.unit_sha256 == text_sha256(wanted.unit_text)
@@ -458,10 +456,9 @@ def watchdog_checks(settings: WatchdogSettings, plan: VllmPlan, probes: Probes, 
     enabled = current.unit.get("UnitFileState") or "unknown"
     return [
         _check("vllm", "health watchdog installed", files_ok,
-               f"{WATCHDOG_UNIT_PATH} and {WATCHDOG_SCRIPT_PATH} as hostkit renders them", files, redeploy(host)),
+               f"{wanted.unit_path} and {WATCHDOG_SCRIPT_PATH} as hostkit renders them", files, redeploy(host)),
         _check("vllm", "health watchdog active", current.active and current.enabled, "active/running, enabled",
-               f"{state}, {enabled}",
-               f"systemctl enable --now {WATCHDOG_UNIT}; read journalctl -u {WATCHDOG_UNIT}"),
+               f"{state}, {enabled}", f"systemctl enable --now {unit}; read journalctl -u {unit}"),
     ]
 
 
@@ -471,6 +468,7 @@ def instance_checks(plan: VllmPlan, service: Any, probes: Probes, host: str) -> 
     results = [*deadline_checks(service), *vllm_checks(plan, service, probes, host)]
     if plan.enabled and plan.gpu_indices and probes.unit.get("LoadState") == "loaded":
         results.append(_gpu_assignment_check(plan, probes.unit, host))
+    results += watchdog_checks(plan.watchdog, plan, probes, host)
     name = unit_of(plan.instance)
     return [replace(result, name=f"{name} {result.name}") for result in results]
 
@@ -515,13 +513,14 @@ def deadline_checks(service: Any) -> list[CheckResult]:
 # -- monitoring ----------------------------------------------------------------------------
 
 
-def monitoring_checks(plan: MonitoringPlan, vllm: VllmPlan, state: Any, host: str) -> list[CheckResult]:
-    """`state` is the snapshot's monitoring section (hostkit.facts.monitoring.MonitoringState)."""
+def monitoring_checks(plan: MonitoringPlan, servers: Sequence[VllmPlan], state: Any, host: str) -> list[CheckResult]:
+    """`state` is the snapshot's monitoring section (hostkit.facts.monitoring.MonitoringState);
+    `servers` the host's vLLM servers (monitored_servers)."""
     if not plan.enabled:
         return [_check("monitoring", "no monitoring installed", not state.installed,
                        "no hostkit collector (monitoring_enabled: false)",
                        "installed" if state.installed else "none", redeploy(host) + " (it removes it)")]
-    stale_files = sorted(path for path, text in wanted_files(plan, vllm).items()
+    stale_files = sorted(path for path, text in wanted_files(plan, servers).items()
                          if state.file_sha256.get(path) != text_sha256(text))
     timer = f"{state.timer_enabled or 'not installed'}, {state.timer_active or 'inactive'}"
     results = [
@@ -590,8 +589,8 @@ def check_host(profile: Any, plan: HostPlan, snapshot: Any, probes: Probes,
                instances: Mapping[str, InstanceReadings] | None = None) -> list[CheckResult]:
     """Every check of one host, in the order of AREAS. A host with vllm_instances: the host's
     checks once, each instance's by its `instances` readings (probes: the first instance's,
-    which hold the kernel log); the release and the watchdog are not checked for instances,
-    which have no watchdog yet and run the host's vllm_command (hostkit.deploy.instances_refusal)."""
+    which hold the kernel log), each with its own watchdog; the release is not checked for
+    instances, which run the host's vllm_command (hostkit.deploy.instances_refusal)."""
     instances = instances or {}
     host = plan.host
     if plan.container is not None:
@@ -607,7 +606,7 @@ def check_host(profile: Any, plan: HostPlan, snapshot: Any, probes: Probes,
             *(check for name, server in plan.instances.items()
               for check in instance_checks(server, instances[name].service, instances[name].probes, host)),
             *oom_checks(probes.ooms, plan.container),
-            *monitoring_checks(plan.monitoring, NO_VLLM_SERVICE, snapshot.monitoring, host),
+            *monitoring_checks(plan.monitoring, monitored_servers(plan), snapshot.monitoring, host),
         ]
     return [
         *host_settings,
@@ -617,5 +616,5 @@ def check_host(profile: Any, plan: HostPlan, snapshot: Any, probes: Probes,
         *release_checks(profile, plan.vllm, getattr(snapshot, "vllm_release", None), snapshot.gpu, host),
         *watchdog_checks(plan.watchdog, plan.vllm, probes, host),
         *oom_checks(probes.ooms, plan.container),
-        *monitoring_checks(plan.monitoring, plan.vllm, snapshot.monitoring, host),
+        *monitoring_checks(plan.monitoring, monitored_servers(plan), snapshot.monitoring, host),
     ]

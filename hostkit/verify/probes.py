@@ -8,7 +8,8 @@
 - process: the main PID's argv (from /proc, NUL-separated, so exact), its effective uid
   and user, and a sha256 of the VLLM_API_KEY in its environment (the key never leaves
   the host).
-- watchdog: the installed health watchdog (hostkit.operations.watchdog's fact).
+- watchdog: the installed health watchdog of the unit, vllm.service's or the instance's
+  (hostkit.operations.watchdog's fact).
 - oom: the `Killed process` lines of the kernel log since boot, the first OOM_LINE_LIMIT of
   them (hostkit.facts.kernel_log); an unreadable log is "unknown", never "clean".
 
@@ -26,6 +27,7 @@ from hostkit.facts.kernel_log import KILL_LINES, KernelLog, kernel_log_command, 
 from hostkit.facts.parts import parse_int, split_on_marker
 from hostkit.facts.systemctl_show import SHOW_FUNCTIONS, parse_show
 from hostkit.facts.watchdog import WatchdogFact, WatchdogState
+from hostkit.desired.watchdog import watchdog_unit_of
 from hostkit.facts.vllm_service import env_file_of, unit_of
 from hostkit.plan.plans import VllmPlan
 from hostkit.vllm.readiness import Probe
@@ -108,8 +110,7 @@ def probe_command(plan: VllmPlan, ready_timeout_s: int | None = None, kernel_log
         probe = readiness_probe_command(plan.host, plan.port, env_file_of(plan.instance))
         parts += [f"{name}={shlex.quote(value)}" for name, value in settings.items()]
         parts += [SHOW_FUNCTIONS, f"hk_ready_probe() {{ {probe}; }}", host_file("verify_readiness.sh")]
-        if plan.instance is None:  # a host with instances has no watchdog yet (INSTANCES_NOT_WATCHED)
-            parts += [_mark("watchdog"), WatchdogFact().command()]
+        parts += [_mark("watchdog"), WatchdogFact().command(watchdog_unit_of(plan.instance))]
     parts.append("true")
     return "\n".join(parts)
 

@@ -5,7 +5,8 @@ fails verify naming that instance alone. Times are printed as JSON lines.
 
 The container has no NVIDIA driver, only the nvidia-smi stand-in, so verify's GPU checks of
 the driver fail there as the deploy's GPU check would (LAB_GPU_FAILURES): every other check
-passes. instances_deploy.py installs no monitoring: verify reads the inventory with it off.
+passes. instances_deploy.py installs no monitoring and no watchdogs: verify reads the inventory
+with them off (tests/e2e/test_instances_watched.py verifies the instances' watchdogs).
 """
 
 from __future__ import annotations
@@ -37,8 +38,8 @@ def report(**figures) -> None:
 
 @pytest.fixture(scope="module")
 def inventory(host, deployed, tmp_path_factory) -> Path:  # noqa: F811
-    """The deploy's inventory data, monitoring off (instances_deploy.py installs none)."""
-    data = {**BASE, "vllm_instances": INSTANCES, "monitoring_enabled": False}
+    """The deploy's inventory data, monitoring and watchdogs off (instances_deploy.py installs none)."""
+    data = {**BASE, "vllm_instances": INSTANCES, "monitoring_enabled": False, "vllm_watchdog": False}
     return lab_inventory(tmp_path_factory.mktemp("verify") / "inventory.py", host, data)
 
 

@@ -12,7 +12,7 @@ VLLM = VllmPlan(enabled=True)
 
 
 def state(p: MonitoringPlan, **changes) -> MonitoringState:
-    values = dict(file_sha256={path: text_sha256(text) for path, text in wanted_files(p, VLLM).items()},
+    values = dict(file_sha256={path: text_sha256(text) for path, text in wanted_files(p, [VLLM]).items()},
                   timer_enabled="enabled", timer_active="active", node_exporter_installed=True,
                   node_exporter_enabled="enabled", node_exporter_active="active", textfile_age_s=4,
                   textfile_path="/var/lib/prometheus/node-exporter/hostkit.prom")
@@ -26,7 +26,7 @@ def failed(results) -> dict[str, str]:
 
 def test_a_converged_host_passes():
     p = MonitoringPlan(node_exporter=True)
-    results = monitoring_checks(p, VLLM, state(p), "gpu-a01")
+    results = monitoring_checks(p, [VLLM], state(p), "gpu-a01")
     assert [r.name for r in results] == ["collector installed", "collector timer active", "metrics file fresh",
                                          "node_exporter serving"]
     assert failed(results) == {}
@@ -34,7 +34,7 @@ def test_a_converged_host_passes():
 
 def test_a_stopped_timer_and_a_stale_file_fail():
     p = MonitoringPlan()
-    failures = failed(monitoring_checks(p, VLLM, state(p, timer_active="inactive", textfile_age_s=136), "gpu-a01"))
+    failures = failed(monitoring_checks(p, [VLLM], state(p, timer_active="inactive", textfile_age_s=136), "gpu-a01"))
     assert set(failures) == {"collector timer active", "metrics file fresh"}
     assert "written in the last 135s (3 intervals and one run's deadline); actual written 136s ago" in failures["metrics file fresh"]
     assert "systemctl enable --now vllm-hostkit-monitor.timer" in failures["collector timer active"]
@@ -44,19 +44,19 @@ def test_no_file_and_an_edited_collector_fail():
     p = MonitoringPlan()
     edited = state(p, textfile_age_s=None)
     edited.file_sha256["/usr/local/lib/vllm-hostkit/monitoring-collector.py"] = "0" * 64
-    failures = failed(monitoring_checks(p, VLLM, edited, "gpu-a01"))
+    failures = failed(monitoring_checks(p, [VLLM], edited, "gpu-a01"))
     assert "actual no metrics file" in failures["metrics file fresh"]
     assert "/usr/local/lib/vllm-hostkit/monitoring-collector.py" in failures["collector installed"]
 
 
 def test_node_exporter_is_checked_only_when_asked_for():
     p = MonitoringPlan(node_exporter=True)
-    failures = failed(monitoring_checks(p, VLLM, state(p, node_exporter_installed=False, node_exporter_active=""), "h"))
+    failures = failed(monitoring_checks(p, [VLLM], state(p, node_exporter_installed=False, node_exporter_active=""), "h"))
     assert "not installed" in failures["node_exporter serving"]
-    assert [r.name for r in monitoring_checks(MonitoringPlan(), VLLM, state(MonitoringPlan()), "h")][-1] == "metrics file fresh"
+    assert [r.name for r in monitoring_checks(MonitoringPlan(), [VLLM], state(MonitoringPlan()), "h")][-1] == "metrics file fresh"
 
 
 def test_monitoring_off_expects_nothing_installed():
     off = MonitoringPlan(enabled=False)
-    assert failed(monitoring_checks(off, VLLM, MonitoringState(), "h")) == {}
-    assert "no monitoring installed" in failed(monitoring_checks(off, VLLM, state(MonitoringPlan()), "h"))
+    assert failed(monitoring_checks(off, [VLLM], MonitoringState(), "h")) == {}
+    assert "no monitoring installed" in failed(monitoring_checks(off, [VLLM], state(MonitoringPlan()), "h"))

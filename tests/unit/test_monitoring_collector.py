@@ -212,9 +212,20 @@ def test_a_wedged_command_is_abandoned_at_its_deadline():
 
 def test_state_restarts_at_a_new_boot(tmp_path):
     path = tmp_path / "state.json"
-    path.write_text(json.dumps({"boot_id": "old", "kmsg_seq": 99, "xids": {"79": 1}, "unit_ooms": 2}))
-    assert collector.load_state(str(path), "old")["unit_ooms"] == 2
-    assert collector.load_state(str(path), "new") == {"boot_id": "new", "kmsg_seq": -1, "xids": {}, "unit_ooms": 0}
+    path.write_text(json.dumps({"boot_id": "old", "kmsg_seq": 99, "xids": {"79": 1},
+                                "units": {"vllm@a.service": {"unit_ooms": 2}}}))
+    assert collector.load_state(str(path), "old")["units"] == {"vllm@a.service": {"unit_ooms": 2}}
+    assert collector.load_state(str(path), "new") == {"boot_id": "new", "kmsg_seq": -1, "xids": {}, "units": {}}
+
+
+def test_the_state_of_a_collector_of_one_unit_is_vllm_services(tmp_path):
+    """An upgrade within a boot keeps vllm.service's OOM count, last cgroup and kept peak."""
+    path = tmp_path / "state.json"
+    path.write_text(json.dumps({"boot_id": "b", "kmsg_seq": 99, "xids": {}, "unit_ooms": 2,
+                                "unit_cgroup": "/system.slice/vllm.service", "peak": {"invocation": "i", "bytes": 5}}))
+    assert collector.load_state(str(path), "b") == {"boot_id": "b", "kmsg_seq": 99, "xids": {}, "units": {
+        "vllm.service": {"unit_ooms": 2, "unit_cgroup": "/system.slice/vllm.service",
+                         "peak": {"invocation": "i", "bytes": 5}}}}
 
 
 def recorded_kmsg_records() -> list[bytes]:
@@ -301,10 +312,10 @@ def test_without_systemd_the_collector_attributes_gpu_memory_by_the_planned_unit
     seen = []
     monkeypatch.setattr(collector, "run_bounded", lambda argv, timeout_s: None)
     monkeypatch.setattr(collector, "read_kmsg", lambda: [])
-    monkeypatch.setattr(collector, "gpu_samples", lambda timeout_s, unit_cgroup: seen.append(unit_cgroup) or [])
+    monkeypatch.setattr(collector, "gpu_samples", lambda timeout_s, unit_cgroups: seen.extend(unit_cgroups) or [])
     collector.collect(collector.argparse.Namespace(
-        state_dir=str(tmp_path), unit="vllm.service", health_url="", command_timeout=1, nvidia_smi_timeout=1,
-        watchdog_file=str(tmp_path / "none.json"), interval=15, nvme_settings=""))
+        state_dir=str(tmp_path), unit=["vllm.service"], health_url=[""], command_timeout=1, nvidia_smi_timeout=1,
+        watchdog_file=[str(tmp_path / "none.json")], interval=15, nvme_settings=""))
     assert seen == ["/system.slice/vllm.service"]
     inside = (MON / "h200-vllm-cgroup" / "proc-inside-cgroup").read_text().splitlines()
     assert collector.in_cgroup(inside, seen[0])

@@ -17,7 +17,7 @@ VLLM = VllmPlan(enabled=True)  # on the default 0.0.0.0:8000
 
 def converged_state(p: MonitoringPlan, **changes) -> MonitoringState:
     values = dict(
-        file_sha256={path: text_sha256(text) for path, text in wanted_files(p, VLLM).items()},
+        file_sha256={path: text_sha256(text) for path, text in wanted_files(p, [VLLM]).items()},
         timer_enabled="enabled", timer_active="active",
         node_exporter_installed=p.node_exporter,
         node_exporter_enabled="enabled" if p.node_exporter else "",
@@ -35,12 +35,12 @@ def exec_start(unit_text: str) -> list[str]:
 
 def test_the_service_runs_the_host_python_isolated_with_the_plan_settings():
     p, vllm = MonitoringPlan(textfile_dir="/srv/textfiles", interval_s=30), VllmPlan(enabled=True, port=8100)
-    argv = exec_start(render_service(p, vllm))
+    argv = exec_start(render_service(p, [vllm]))
     assert argv[:4] == ["/usr/bin/python3", "-I", "-S", COLLECTOR_PATH]
     options = dict(zip(argv[4::2], argv[5::2]))
     assert options["--textfile-dir"] == "/srv/textfiles" and options["--interval"] == "30"
     assert options["--health-url"] == "http://127.0.0.1:8100/health"
-    assert "ReadWritePaths=/srv/textfiles /var/lib/vllm-hostkit" in render_service(p, vllm)
+    assert "ReadWritePaths=/srv/textfiles /var/lib/vllm-hostkit" in render_service(p, [vllm])
     timer = render_timer(p)
     assert "OnActiveSec=1s" in timer and "OnUnitInactiveSec=30" in timer
     assert "AccuracySec=1s" in timer and "WantedBy=timers.target" in timer
@@ -50,27 +50,27 @@ def test_health_url_for_other_bind_addresses():
     assert health_url(VllmPlan(enabled=True, host="::")) == "http://[::1]:8000/health"
     assert health_url(VllmPlan(enabled=True, host="10.0.0.5")) == "http://10.0.0.5:8000/health"
     assert health_url(VllmPlan(enabled=False)) == ""
-    argv = exec_start(render_service(MonitoringPlan(), VllmPlan(enabled=False)))
+    argv = exec_start(render_service(MonitoringPlan(), [VllmPlan(enabled=False)]))
     assert argv[argv.index("--health-url") + 1] == ""
 
 
 def test_the_collector_file_is_the_package_script():
-    files = wanted_files(MonitoringPlan(), VLLM)
+    files = wanted_files(MonitoringPlan(), [VLLM])
     assert files[COLLECTOR_PATH] == collector_source() and "def main(" in files[COLLECTOR_PATH]
     assert NODE_EXPORTER_DROPIN not in files
-    dropin = wanted_files(MonitoringPlan(node_exporter=True), VLLM)[NODE_EXPORTER_DROPIN]
+    dropin = wanted_files(MonitoringPlan(node_exporter=True), [VLLM])[NODE_EXPORTER_DROPIN]
     assert "ExecStart=\nExecStart=/usr/bin/prometheus-node-exporter $ARGS " \
            "--collector.textfile.directory=/var/lib/prometheus/node-exporter" in dropin
 
 
 def test_a_converged_host_needs_nothing():
     for p in (MonitoringPlan(), MonitoringPlan(node_exporter=True)):
-        assert monitoring_changes(p, VLLM, converged_state(p)) is None
+        assert monitoring_changes(p, [VLLM], converged_state(p)) is None
 
 
 def test_a_fresh_host_gets_everything_and_one_collector_run():
     p = MonitoringPlan(node_exporter=True)
-    changed = monitoring_changes(p, VLLM, MonitoringState())
+    changed = monitoring_changes(p, [VLLM], MonitoringState())
     assert set(changed) == {COLLECTOR_PATH, SERVICE_PATH, TIMER_PATH, NODE_EXPORTER_DROPIN}
     command = apply_command(p, MonitoringState(), changed)
     assert "apt-get install -y -q -o Dpkg::Options::=--force-confold --no-install-recommends prometheus-node-exporter" \
@@ -85,7 +85,7 @@ def test_a_changed_interval_rewrites_the_units_and_restarts_the_timer_only():
     before = MonitoringPlan()
     after = MonitoringPlan(interval_s=60)
     state = converged_state(before)
-    changed = monitoring_changes(after, VLLM, state)
+    changed = monitoring_changes(after, [VLLM], state)
     assert set(changed) == {SERVICE_PATH, TIMER_PATH}
     command = apply_command(after, state, changed)
     assert "systemctl restart vllm-hostkit-monitor.timer" in command and "apt-get" not in command
@@ -95,7 +95,7 @@ def test_a_changed_interval_rewrites_the_units_and_restarts_the_timer_only():
 def test_a_stopped_timer_is_started_without_rewriting_anything():
     p = MonitoringPlan()
     state = converged_state(p, timer_active="inactive")
-    assert monitoring_changes(p, VLLM, state) == {}
+    assert monitoring_changes(p, [VLLM], state) == {}
     assert change_reasons(p, state, {}) == ["vllm-hostkit-monitor.timer is enabled, inactive"]
     command = apply_command(p, state, {})
     assert "daemon-reload" not in command and "printf" not in command
@@ -106,7 +106,7 @@ def test_turning_node_exporter_off_removes_only_hostkits_dropin():
     on = MonitoringPlan(node_exporter=True)
     off = MonitoringPlan()
     state = converged_state(on)
-    changed = monitoring_changes(off, VLLM, state)
+    changed = monitoring_changes(off, [VLLM], state)
     assert changed == {}
     assert change_reasons(off, state, changed) == [f"{NODE_EXPORTER_DROPIN} is no longer wanted"]
     command = apply_command(off, state, changed)
@@ -139,8 +139,8 @@ def test_the_recorded_snapshot_section_of_a_provisioned_lab_host():
     # The recorded drop-in is today's render for that plan. The collector file changes with the
     # code; after this recording the service lost its After=vllm.service (a hung vLLM start held it
     # back) and the timer moved from OnUnitActiveSec= to OnUnitInactiveSec= (it did not re-arm).
-    wanted = wanted_files(p, VLLM)
+    wanted = wanted_files(p, [VLLM])
     for path in (NODE_EXPORTER_DROPIN,):
         assert state.file_sha256[path] == text_sha256(wanted[path]), path
-    results = {r.name: r.ok for r in monitoring_checks(p, VLLM, state, "main1")}
+    results = {r.name: r.ok for r in monitoring_checks(p, [VLLM], state, "main1")}
     assert results["collector timer active"] and results["metrics file fresh"] and results["node_exporter serving"]

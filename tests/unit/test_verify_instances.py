@@ -1,6 +1,7 @@
 """verify of a host with vllm_instances (issue 35): each instance's probe looks at its own unit,
-env file and port; its checks (unit, active, readiness, env file, GPUs by UUID) carry its unit's
-name; the host's checks come once; the API key is never in a check's text."""
+env file and port and its own watchdog; its checks (unit, active, readiness, env file, GPUs by
+UUID, watchdog) carry its unit's name; the host's checks come once; the API key is never in a
+check's text."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ import pytest
 
 from hostkit.desired.digest import text_sha256
 from hostkit.desired.vllm_unit import memory_directives
+from hostkit.desired.watchdog import watchdog_plan
 from hostkit.facts.kernel_log import KernelLog
+from hostkit.facts.watchdog import WatchdogState
 from hostkit.paths import VLLM_ENV_FILE, VLLM_UNIT
 from hostkit.verify.checks import InstanceReadings, check_host, instance_checks
 from hostkit.verify.probes import Probes, Readiness, VllmProcess, probe_command
@@ -34,17 +37,22 @@ def serving(p, **unit) -> Probes:
              "NeedDaemonReload": "no", "MainPID": "42",
              "Environment": f"CUDA_VISIBLE_DEVICES={','.join(p.gpu_uuids)} HF_HOME=/x",
              **{name: str(value) for name, value in memory_directives(p)}, **unit}
+    wanted = watchdog_plan(p.watchdog, p)
+    watchdog = WatchdogState(text_sha256(wanted.unit_text), text_sha256(wanted.script_text),
+                             {"ActiveState": "active", "SubState": "running", "UnitFileState": "enabled"})
     return Probes(ooms=CLEAN_LOG, unit=shown,
                   readiness=Readiness(Probe(200, "", 200, (p.served_model_name,)), "ready", 1, 0),
-                  process=VllmProcess(42, tuple(p.argv), 999, p.user, text_sha256(SECRET)))
+                  process=VllmProcess(42, tuple(p.argv), 999, p.user, text_sha256(SECRET)), watchdog=watchdog)
 
 
-def test_an_instances_probe_looks_at_its_unit_env_file_and_port_without_the_watchdog(host_plan):
+def test_an_instances_probe_looks_at_its_unit_env_file_port_and_watchdog(host_plan):
     b = host_plan.instances["b"]
     script = probe_command(b, kernel_log=False)
     assert "hk_unit=vllm@b.service" in script and "/etc/vllm-hostkit/vllm@b.env" in script
     assert " 8001 " in script and "Environment" in script
-    assert "@@hostkit-probe:watchdog@@" not in script and "@@hostkit-probe:oom@@" not in script
+    assert "@@hostkit-probe:watchdog@@" in script and "@@hostkit-probe:oom@@" not in script
+    assert "hk_show vllm-hostkit-watchdog@b.service " in script
+    assert "sha256sum /etc/systemd/system/vllm-hostkit-watchdog@b.service " in script
     assert "@@hostkit-probe:oom@@" in probe_command(b)
 
 
@@ -62,7 +70,7 @@ def test_a_serving_instance_passes_each_check_named_by_its_unit(host_plan):
     names = [r.name for r in results]
     assert all(name.startswith("vllm@a.service ") for name in names)
     for check in ("unit active", "unit file", "environment file", "ready (/health)", "serves the model (/v1/models)",
-                  "API key in effect", "GPUs"):
+                  "API key in effect", "GPUs", "health watchdog installed", "health watchdog active"):
         assert f"vllm@a.service {check}" in names
     gpus = next(r for r in results if r.name == "vllm@a.service GPUs")
     assert gpus.expected == f"CUDA_VISIBLE_DEVICES={UUID.format(0)},{UUID.format(1)}"
@@ -76,6 +84,20 @@ def test_a_wrong_gpu_or_a_wrong_env_mode_fails_that_instance(host_plan):
     loose = dataclasses.replace(converged(b), env_stat=dataclasses.replace(converged(b).env_stat, mode="644"))
     failed = {r.name for r in instance_checks(b, loose, swapped, "gpu-8") if not r.ok}
     assert failed == {"vllm@b.service GPUs", "vllm@b.service environment file"}
+
+
+def test_an_instances_watchdog_stopped_or_another_instances_fails_that_instance(host_plan):
+    a, b = host_plan.instances["a"], host_plan.instances["b"]
+    stopped = serving(b)
+    stopped = dataclasses.replace(stopped, watchdog=dataclasses.replace(stopped.watchdog, unit={"ActiveState": "inactive"}))
+    failed = [r for r in instance_checks(b, converged(b), stopped, "gpu-8") if not r.ok]
+    assert [r.name for r in failed] == ["vllm@b.service health watchdog active"]
+    assert failed[0].fix == ("systemctl enable --now vllm-hostkit-watchdog@b.service; "
+                             "read journalctl -u vllm-hostkit-watchdog@b.service")
+    swapped = dataclasses.replace(serving(b), watchdog=serving(a).watchdog)  # a's unit where b's should be
+    failed = [r for r in instance_checks(b, converged(b), swapped, "gpu-8") if not r.ok]
+    assert [r.name for r in failed] == ["vllm@b.service health watchdog installed"]
+    assert "/etc/systemd/system/vllm-hostkit-watchdog@b.service" in failed[0].expected
 
 
 def test_host_checks_come_once_and_a_stopped_instance_fails_alone(host_plan):

@@ -17,10 +17,9 @@ from hostkit.desired.digest import text_sha256
 from hostkit.desired.vllm_unit import (
     ENV_DIR_STAT, ENV_FILE_STAT, render_env, render_unit, unknown_uuids, unplanned_units,
 )
-from hostkit.desired.watchdog import watchdog_plan
+from hostkit.desired.watchdog import host_watchdog_plans
 from hostkit.facts.vllm_service import MANAGED_MARKER, ServiceTarget, VllmServiceFact, VllmServiceState
 from hostkit.operations import vllm_service as ops
-from hostkit.plan.plans import INSTANCES_NOT_WATCHED
 from hostkit.plan.scope import snapshot_scope
 from hostkit.vllm.readiness import Probe
 from tests.unit.op_host import OpHost
@@ -94,11 +93,14 @@ def test_a_gpu_without_uuid_is_named_by_index_and_said(host_plan):
     assert unknown_uuids(host_plan.instances["b"]) is None
 
 
-def test_the_plan_warns_that_the_watchdog_and_metrics_do_not_cover_instances(host_plan):
-    assert INSTANCES_NOT_WATCHED in host_plan.warnings
+def test_each_instance_gets_its_own_watchdog_and_vllm_service_none(host_plan):
+    main, *instances = host_watchdog_plans(host_plan)
+    assert (main.unit, main.enabled, main.keep_script) == ("vllm-hostkit-watchdog.service", False, True)
+    assert [(w.unit, w.enabled) for w in instances] == [("vllm-hostkit-watchdog@a.service", True),
+                                                        ("vllm-hostkit-watchdog@b.service", True)]
+    assert not any("watchdog" in warning for warning in host_plan.warnings)
     classic = plan_host(profile_from_data("gpu-8", {"vllm_model": QWEN05}), host_facts(8), host_name="gpu-8")
-    assert INSTANCES_NOT_WATCHED not in classic.warnings
-    assert watchdog_plan(host_plan.watchdog, deploy.NO_VLLM_SERVICE).enabled is False
+    assert [(w.unit, w.enabled) for w in host_watchdog_plans(classic)] == [("vllm-hostkit-watchdog.service", True)]
 
 
 # -- the operations ------------------------------------------------------------------------------
@@ -162,6 +164,11 @@ def test_the_fact_lists_the_instances_files_by_name(host_plan):
     ])
     assert state.target == target
     assert (state.instance_units, state.instance_env_files) == (("a", "b"), ("a", "old"))
+    watched = VllmServiceFact().process(["instance_watchdog=/etc/systemd/system/vllm-hostkit-watchdog@c.service",
+                                         "instance_watchdog=/etc/systemd/system/vllm-hostkit-watchdog@a.service"])
+    assert (watched.instance_watchdogs, watched.instance_units) == (("a", "c"), ())
+    assert "hk_instance_watchdogs='/etc/systemd/system/vllm-hostkit-watchdog@*.service'\n" in VllmServiceFact().command(
+        snapshot_scope())
 
 
 # -- removal -------------------------------------------------------------------------------------
@@ -278,17 +285,28 @@ def test_a_vllm_service_host_with_instance_files_left_removes_them_first(monkeyp
     assert dict(steps)["vllm_units_removed"]["planned"] is None
 
 
-def test_an_instance_host_runs_each_unit_and_gate_in_turn_and_no_watchdog(monkeypatch, host_plan):
+def test_a_vllm_service_host_with_instance_watchdogs_left_removes_them_first(monkeypatch):
+    steps = deploy_steps(monkeypatch, classic_plan(), dataclasses.replace(on_host(), instance_watchdogs=("a",)))
+    at = CLASSIC_STEPS.index("vLLM health watchdog")
+    assert names(steps) == [*CLASSIC_STEPS[:at], "Remove the watchdogs of instances not planned", *CLASSIC_STEPS[at:]]
+    assert dict(steps)["instance_watchdogs_removed"]["planned"] == []
+
+
+def test_an_instance_host_runs_each_unit_and_gate_in_turn_then_each_watchdog(monkeypatch, host_plan):
     steps = deploy_steps(monkeypatch, host_plan)
     at = CLASSIC_STEPS.index("vLLM runtime")
     assert names(steps) == [
         *CLASSIC_STEPS[:at], "Remove the vLLM units not planned", "vLLM runtime",
         "vLLM unit vllm@a.service", "vLLM readiness gate of vllm@a.service",
         "vLLM unit vllm@b.service", "vLLM readiness gate of vllm@b.service",
-        "vLLM health watchdog", "Release the deploy lock",
+        "Remove the watchdogs of instances not planned", "vLLM health watchdog",
+        "vLLM health watchdog vllm-hostkit-watchdog@a.service", "vLLM health watchdog vllm-hostkit-watchdog@b.service",
+        "Release the deploy lock",
     ]
     by_name = {kwargs["name"]: kwargs for _, kwargs in steps}
     assert by_name["Remove the vLLM units not planned"]["planned"] == ["a", "b"]
+    assert by_name["Remove the watchdogs of instances not planned"]["planned"] == ["a", "b"]
     assert by_name["vLLM unit vllm@b.service"]["plan"] is host_plan.instances["b"]
-    assert by_name["Memory monitoring"]["vllm"] is deploy.NO_VLLM_SERVICE
-    assert by_name["vLLM health watchdog"]["plan"].enabled is False  # removed, if there
+    assert by_name["Memory monitoring"]["servers"] == [host_plan.instances["a"], host_plan.instances["b"]]
+    assert by_name["vLLM health watchdog"]["plan"].enabled is False  # vllm.service's, removed if there
+    assert by_name["vLLM health watchdog vllm-hostkit-watchdog@b.service"]["plan"].enabled
