@@ -310,8 +310,8 @@ class HostProfile(BaseModel):
     on some stacks)"""
     vllm_instances: dict[str, HostProfile] = Field(default_factory=dict)
     """vLLM servers by name, each its `vllm_*` keys and `gpus` over the host's
-    ([more](#several-instances-on-one-host)); each deployed as `vllm@NAME.service` and verified; not yet rolled out or
-    watched by the watchdog"""
+    ([more](#several-instances-on-one-host)); each its own `vllm@NAME.service`, watchdog, metrics,
+    checks and rollout step"""
     vllm_watchdog: bool = True
     """installs `vllm-hostkit-watchdog.service`, which restarts a vLLM that is up but not serving"""
     vllm_watchdog_interval_s: Annotated[int, Field(ge=1, le=3600)] = 10
