@@ -202,3 +202,16 @@ def test_systemd_analyze_verify_accepts_a_placed_instances_unit(tmp_path):
     result = subprocess.run(["systemd-analyze", "verify", str(unit)], capture_output=True, text=True)
     lines = (result.stdout + result.stderr).splitlines()
     assert ops.verify_problems(result.returncode == 0, lines, str(unit)) == [], lines
+
+
+def test_a_real_one_gpu_h100_reports_numa_node_minus_one_on_one_node():
+    """The numa part as the command printed it on a device machine (fixtures/numa/h100-1gpu-device)."""
+    recorded = NUMA / "h100-1gpu-device"
+    facts = section(recorded / "numa-part.txt")
+    assert [(gpu.index, gpu.bus_id, gpu.numa_node) for gpu in facts.gpus] == [(0, "00000000:00:06.0", -1)]
+    assert facts.numa_cpus == {0: "0-15"}
+    assert "0000:00:06.0 class=0x030200 numa_node=-1" in (recorded / "pci-numa.txt").read_text()
+    host_plan = plan({"a": {"gpus": [0], "vllm_gpu_memory_utilization": 0.4},
+                      "b": {"gpus": [0], "vllm_port": 8001, "vllm_gpu_memory_utilization": 0.4}}, facts)
+    assert numa_notes(host_plan)[0] == "instance a: NUMA: not placed: one node: all CPUs and memory are as near " \
+                                       "to the GPUs as any"
