@@ -47,8 +47,10 @@ def placement(gpus: list[GpuMemoryFact], numa_cpus: dict[int, str],
     if not gpus:
         return None, "NUMA: not placed: its GPUs are unknown"
     unread = [str(gpu.index) for gpu in gpus if gpu.numa_node is None]
-    if unread or not numa_cpus:
-        return None, f"NUMA: not placed: the NUMA node of GPU {', '.join(unread or [named])} was not read"
+    if unread:
+        return None, f"NUMA: not placed: the NUMA node of GPU {', '.join(unread)} was not read"
+    if not numa_cpus:
+        return None, "NUMA: not placed: the host's NUMA nodes were not read (no /sys/devices/system/node)"
     if len(numa_cpus) == 1:
         return None, "NUMA: not placed: one node: all CPUs and memory are as near to the GPUs as any"
     unreported = [str(gpu.index) for gpu in gpus if gpu.numa_node < 0]

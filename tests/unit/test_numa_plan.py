@@ -215,3 +215,11 @@ def test_a_real_one_gpu_h100_reports_numa_node_minus_one_on_one_node():
                       "b": {"gpus": [0], "vllm_port": 8001, "vllm_gpu_memory_utilization": 0.4}}, facts)
     assert numa_notes(host_plan)[0] == "instance a: NUMA: not placed: one node: all CPUs and memory are as near " \
                                        "to the GPUs as any"
+
+
+def test_a_kernel_without_numa_nodes_places_nothing():
+    """No /sys/devices/system/node (a kernel built without NUMA): the GPUs' nodes alone say nothing."""
+    nodeless = section(TWO_NODES, lambda line: "" if line.startswith("/sys/devices/system/node/") else line)
+    assert nodeless.numa_cpus == {} and nodeless.gpus[0].numa_node == 0
+    assert "instance a: NUMA: not placed: the host's NUMA nodes were not read (no /sys/devices/system/node)" \
+        in plan(TP4_PAIR, nodeless).notes
