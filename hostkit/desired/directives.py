@@ -10,7 +10,8 @@ ignoring"), which hostkit's deploy refuses, so the unit would never be installed
 First versions are from systemd's NEWS (the file in systemd/systemd, "CHANGES WITH N"):
 Type=exec 240; ProtectHostname= and RestrictSUIDSGID= 242; PID 1 acting on OOM kills
 (OOMPolicy=) 243; ProtectKernelLogs= 244; ProtectClock= 245; ProtectProc= 247;
-RestartSteps= and RestartMaxDelaySec= 254; the @system-service system call group 241.
+RestartSteps= and RestartMaxDelaySec= 254; the @system-service system call group 241;
+NUMAPolicy= and NUMAMask= 243.
 """
 
 from __future__ import annotations
@@ -44,6 +45,8 @@ DIRECTIVES: tuple[DirectiveSupport, ...] = (
     DirectiveSupport("OOMPolicy", 243, None,
                      "an OOM kill of one vLLM process does not stop the whole unit (vLLM exits when its engine dies;"
                      " the watchdog restarts a server left hanging)"),
+    DirectiveSupport("NUMAPolicy", 243, None, "memory is not taken from the GPUs' NUMA node first"),
+    DirectiveSupport("NUMAMask", 243, None, "memory is not taken from the GPUs' NUMA node first"),
     DirectiveSupport("ProtectKernelLogs", 244, None, "the kernel log is readable"),
     DirectiveSupport("ProtectClock", 245, None, "clock changes are blocked only by the system call filter"),
     DirectiveSupport("ProtectProc", 247, None, "other users' processes are visible in /proc"),

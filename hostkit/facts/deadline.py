@@ -18,6 +18,8 @@ NVIDIA_SMI_ENV = "HOSTKIT_NVIDIA_SMI_TIMEOUT"
 NVIDIA_SMI_S = int(os.environ.get(NVIDIA_SMI_ENV, "30"))
 KERNEL_LOG_S = 30
 SYSTEMCTL_S = 20
+# A model directory may be on a network filesystem that hangs.
+MODEL_CONFIG_S = 10
 # After the deadline's TERM, how long until KILL: a process in D state ignores TERM.
 KILL_AFTER_S = 5
 

@@ -5,6 +5,9 @@ The command prints sub-sections between `@@gpu:NAME@@` lines:
 - query: `nvidia-smi --query-gpu=QUERY_FIELDS --format=csv,noheader,nounits` (stdout and
   stderr, so NVML's own error text survives), then `@@gpu:query-rc@@ N`; or
   `@@gpu:no-nvidia-smi@@` when the tool is missing, which means "no driver", not an error.
+- numa: `gpu INDEX NODE` for each GPU the query listed, NODE its PCI device's sysfs numa_node
+  (-1: the platform reports none; `?`: not readable), then `NUMA_NODES/nodeN/cpulist:CPUS`
+  for each NUMA node (hostkit.plan.numa places instances with them).
 - apps: `nvidia-smi --query-compute-apps=APPS_FIELDS`, the processes holding GPU memory,
   then `@@gpu:apps-rc@@ N`; procs: for each of their pids, `PID comm NAME` from
   /proc/PID/comm and `PID cgroup LINE` for each line of /proc/PID/cgroup. A pid that
@@ -32,7 +35,7 @@ from __future__ import annotations
 
 import re
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 from pyinfra.api import FactBase
 
@@ -69,6 +72,8 @@ APPS_FIELDS: tuple[str, ...] = ("pid", "used_memory", "gpu_uuid")
 SUB_MARKER = "@@gpu:"
 XID_LINE_LIMIT = 200
 _DRIVER_VERSION = "/proc/driver/nvidia/version"
+PCI_DEVICES = "/sys/bus/pci/devices"
+NUMA_NODES = "/sys/devices/system/node"
 
 _NVML_LIBRARY_RE = re.compile(r"NVML library version:\s*(?P<version>\d+(?:\.\d+)+)")
 _VERSION_RE = re.compile(r"\d+(?:\.\d+)+")
@@ -92,6 +97,9 @@ class GpuDevice:
     remapped_rows_pending: bool | None
     remapped_rows_failure: bool | None
     mig_enabled: bool | None
+    # Its PCI device's NUMA node (sysfs numa_node): -1 where the platform reports none (a VM,
+    # a one-socket host), None where it was not read.
+    numa_node: int | None = None
 
 
 @dataclass(frozen=True)
@@ -140,6 +148,7 @@ class GpuFacts:
     processes: tuple[GpuProcess, ...] = ()
     processes_error: str | None = None  # the compute-process query failed: who holds memory is unknown
     timeouts: tuple[str, ...] = ()  # "WHAT timed out after N s", one per command that hit its deadline
+    numa_cpus: dict[int, str] = field(default_factory=dict)  # NUMA node -> its CPUs, as sysfs cpulist writes them
 
     def holders(self, gpu: GpuDevice, unit_cgroup: str) -> tuple[tuple[GpuProcess, ...], tuple[GpuProcess, ...]]:
         """The processes holding memory on `gpu`: (the vLLM unit's, everyone else's), by each
@@ -170,6 +179,8 @@ class GpuFact(FactBase):
             "hk_apps_fields": ",".join(APPS_FIELDS),
             "hk_smi_s": str(NVIDIA_SMI_S),
             "hk_driver_version": _DRIVER_VERSION,
+            "hk_pci": PCI_DEVICES,
+            "hk_nodes": NUMA_NODES,
         }
         lines = [f"{name}={shlex.quote(value)}" for name, value in settings.items()]
         return "\n".join(
@@ -294,16 +305,38 @@ def _parse_fabricmanager(lines: list[str]) -> FabricManager:
     return FabricManager(running=running, version=version)
 
 
+def parse_numa(lines: list[str]) -> tuple[dict[int, int], dict[int, str]]:
+    """({GPU index: its numa_node}, {NUMA node: its cpulist}) from the numa part; a GPU whose
+    node was not readable is left out."""
+    gpu_nodes: dict[int, int] = {}
+    node_cpus: dict[int, str] = {}
+    for line in lines:
+        words = line.split()
+        if len(words) == 3 and words[0] == "gpu" and words[1].isdigit():
+            node = parse_int(words[2], signed=True)
+            if node is not None:
+                gpu_nodes[int(words[1])] = node
+        elif line.startswith(f"{NUMA_NODES}/node"):
+            path, _, cpus = line.partition(":")
+            node = path[len(f"{NUMA_NODES}/node"):].removesuffix("/cpulist")
+            if node.isdigit():
+                node_cpus[int(node)] = cpus.strip()
+    return gpu_nodes, node_cpus
+
+
 def parse_gpu_output(output: list[str]) -> GpuFacts:
     parts = split_on_marker(output, SUB_MARKER)
     driver_present = "query" in parts and "no-nvidia-smi" not in parts
 
     gpus: tuple[GpuDevice, ...] = ()
+    numa_cpus: dict[int, str] = {}
     smi_error = None
     nvml_version = None
     if driver_present:
         return_code = (parts.get("query-rc") or ["missing"])[0]
         gpus, smi_error = _parse_query(parts["query"], return_code)
+        gpu_nodes, numa_cpus = parse_numa(parts.get("numa", []))
+        gpus = tuple(replace(gpu, numa_node=gpu_nodes.get(gpu.index)) for gpu in gpus)
         if gpus:
             nvml_version = gpus[0].driver_version or None
         elif smi_error:
@@ -349,4 +382,5 @@ def parse_gpu_output(output: list[str]) -> GpuFacts:
         processes=processes,
         processes_error=processes_error,
         timeouts=timed_out_lines(output),
+        numa_cpus=numa_cpus,
     )

@@ -23,3 +23,6 @@ class SnapshotScope:
     vllm_host: str
     vllm_port: int
     textfile_dir: str
+    # The local model directories (vllm_model "/...") of the servers the plan sizes: vllm.service's,
+    # or each instance's; the snapshot reads their config.json.
+    model_dirs: tuple[str, ...] = ()

@@ -20,6 +20,7 @@ from pyinfra.api import FactBase, Host
 
 from hostkit.facts.gpu import GpuFact
 from hostkit.facts.kernel import KernelFact
+from hostkit.facts.model_config import ModelConfigFact
 from hostkit.facts.monitoring import MonitoringFact
 from hostkit.facts.parts import split_on_marker
 from hostkit.facts.platform import PlatformFact
@@ -41,6 +42,7 @@ SECTIONS: tuple[type[FactBase], ...] = (
     VllmReleaseFact,
     PlatformFact,
     MonitoringFact,
+    ModelConfigFact,
 )
 
 

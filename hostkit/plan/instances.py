@@ -13,11 +13,6 @@ from hostkit.profile.host_profile import HostProfile
 from hostkit.profile.instances import key_path
 from hostkit.sizes import format_size
 
-# The GPU facts carry no PCI device's NUMA node (sysfs numa_node, `nvidia-smi topo -m`), so
-# no instance is bound to one.
-NUMA_NOT_PLANNED = "NUMA placement: not planned: no NUMA facts (the GPU facts carry no PCI numa_node)"
-
-
 def about(instance: str, text: str) -> str:
     """A warning or note of one instance, in the host's list."""
     return f"instance {instance}: {text}"

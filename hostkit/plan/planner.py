@@ -26,9 +26,11 @@ Rules, so that `hostkit plan` output can be checked by hand:
   vllm_expected_tokens_per_request (default: max_model_len) fit, at most 256. Chunked
   prefill "auto" turns on above 8192 tokens of context, with max_num_batched_tokens
   "auto" = 8192 (the field-tested value).
-- vllm_instances: each instance planned by these rules on its own GPUs; with "auto", its
-  MemoryMax is its part of what the OS leaves, in proportion to its RAM need, and its
-  MemorySwapMax that part of half the swap file (hostkit.plan.instances).
+- vllm_instances: each instance planned by these rules on its own GPUs and its own model's
+  config.json; with "auto", its MemoryMax is its part of what the OS leaves, in proportion
+  to its RAM need, and its MemorySwapMax that part of half the swap file
+  (hostkit.plan.instances). An instance whose GPUs all sit on one NUMA node of several runs
+  on that node's CPUs and prefers its memory (hostkit.plan.numa).
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from __future__ import annotations
 import posixpath
 from dataclasses import dataclass, field
 
-from hostkit.plan import instances, sysctl_values, vllm_memory
+from hostkit.plan import instances, numa, sysctl_values, vllm_memory
 from hostkit.plan.host_ram import RamNeed, auto_limit, os_reserve, ram_need
 from hostkit.plan.instances import RamShare
 from hostkit.vllm import model_catalog
@@ -399,13 +401,15 @@ def _plan_instances(
         own = _Findings(found.host)
         own.notes.extend(_gpu_memory_note(gpu) for gpu in placed[name] if gpu.memory_used_mib)
         plan = _plan_vllm(instance, facts, nvme, swap, own, placed[name] or None, shares.get(name))
+        near, why = numa.placement(placed[name], facts.numa_cpus, facts.platform.container if facts.platform else None)
+        own.notes.append(why)
         found.take(name, own)
         plans[name] = plan.model_copy(update={
             "instance": name, "gpu_indices": [gpu.index for gpu in placed[name]],
             "gpu_uuids": [gpu.uuid for gpu in placed[name]], "shared_gpus": shared.get(name, []),
             "watchdog": watchdog_settings(instance),
+            "numa_node": near.node if near else None, "cpu_affinity": near.cpus if near else None,
         })
-    found.notes.append(instances.NUMA_NOT_PLANNED)
     return plans
 
 
@@ -587,11 +591,14 @@ def _memory_limits(
 def _model_spec(p: HostProfile, facts: PlanningFacts, found: _Findings) -> ModelSpec | None:
     model = p.vllm_model or ""
     if p.model_is_local_dir:
-        if facts.model_config_json is None:
-            found.warnings.append(f"{model}/config.json was not read: GPU memory sizing skipped")
+        config = facts.model_configs.get(model)
+        if config is None:
+            why = facts.model_config_errors.get(model)
+            found.warnings.append(f"{model}/config.json was not read{f' ({why})' if why else ''}: "
+                                  "GPU memory sizing skipped")
             return None
         try:
-            return model_catalog.spec_from_hf_config(model, facts.model_config_json)
+            return model_catalog.spec_from_hf_config(model, config)
         except ModelConfigError as error:
             found.warnings.append(f"{error}: GPU memory sizing skipped")
             return None

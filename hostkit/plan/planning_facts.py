@@ -63,6 +63,9 @@ class GpuMemoryFact(_Facts):
     uuid: str = ""  # as nvidia-smi prints it (GPU-...); "" in facts recorded before it was kept
     memory_total_mib: int
     memory_used_mib: int
+    # Its PCI device's NUMA node (sysfs numa_node): -1 where the platform reports none, None
+    # where it was not read.
+    numa_node: int | None = None
     # The vLLM unit this GPU is seen by: vllm.service, or an instance's (seen_by).
     unit: str = VLLM_UNIT
     # Held by processes in that unit's cgroup: a serving vLLM's own memory, which its restart
@@ -111,8 +114,14 @@ class PlanningFacts(_Facts):
     nvme_devices: list[NvmeDeviceFact] = Field(default_factory=list)
     swaps: list[SwapFact] = Field(default_factory=list)
     gpus: list[GpuMemoryFact] = Field(default_factory=list)
-    # Contents of <vllm_model>/config.json on the host, when vllm_model is a local directory.
-    model_config_json: dict[str, Any] | None = None
+    # The config.json of each local model directory (vllm_model "/..."), by directory: vllm.service's,
+    # or each instance's; and why a directory's was not read (no such file, not JSON, timed out).
+    model_configs: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    model_config_errors: dict[str, str] = Field(default_factory=dict)
+    # Each NUMA node's CPUs, as sysfs cpulist writes them ("0-55,112-167"); empty: not read
+    # (no NVIDIA driver, or facts recorded before they were kept). GpuMemoryFact.numa_node
+    # says where each GPU sits.
+    numa_cpus: dict[int, str] = Field(default_factory=dict)
     # SELinux, tuned, the probes' python, driver upgrades (hostkit.plan.platform_findings reads it).
     platform: PlatformInfo | None = None
     vllm_installed: InstalledVllmFact | None = None

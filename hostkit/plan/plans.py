@@ -16,7 +16,8 @@ from hostkit.vllm.runtime import InstallTarget
 # swap) and sees only the disks its host gives it. The plan of a container leaves them out.
 HOST_SETTINGS = ("nvme", "swap", "sysctl", "thp")
 # The VllmPlan fields only an instance of vllm_instances sets: vllm.service's JSON leaves them out.
-INSTANCE_FIELDS = frozenset({"instance", "gpu_indices", "gpu_uuids", "shared_gpus", "watchdog"})
+INSTANCE_FIELDS = frozenset({"instance", "gpu_indices", "gpu_uuids", "shared_gpus", "watchdog", "numa_node",
+                             "cpu_affinity"})
 
 
 def left_to_host(container: str) -> str:
@@ -168,6 +169,10 @@ class VllmPlan(_Plan):
     gpu_uuids: list[str] = Field(default_factory=list)
     shared_gpus: list[str] = Field(default_factory=list)
     watchdog: WatchdogSettings | None = None
+    # The NUMA node of all its GPUs and that node's CPUs, which its unit runs on and takes its
+    # memory from first (hostkit.plan.numa); None where it is not placed (the plan's note says why).
+    numa_node: int | None = None
+    cpu_affinity: str | None = None
 
 
 class GpuPlan(_Plan):

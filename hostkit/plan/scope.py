@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from hostkit.facts.scope import SnapshotScope
-from hostkit.profile.host_profile import value_or_default
+from hostkit.profile.host_profile import HostProfile, value_or_default
 
 
 def snapshot_scope(profile: Any = None) -> SnapshotScope:
@@ -27,4 +27,14 @@ def snapshot_scope(profile: Any = None) -> SnapshotScope:
         vllm_host=key("vllm_host"),
         vllm_port=key("vllm_port"),
         textfile_dir=key("monitoring_textfile_dir"),
+        model_dirs=local_model_dirs(profile),
     )
+
+
+def local_model_dirs(profile: Any) -> tuple[str, ...]:
+    """The local model directories of the servers the planner sizes: each of vllm_instances',
+    else vllm.service's. A partial profile (not a HostProfile) has none."""
+    if not isinstance(profile, HostProfile):
+        return ()
+    servers = list(profile.vllm_instances.values()) or [profile]
+    return tuple(sorted({server.vllm_model for server in servers if server.model_is_local_dir}))

@@ -35,6 +35,7 @@ def gpu_fact(gpu: GpuDevice, facts: GpuFacts, unit_cgroup: str = VLLM_UNIT_CGROU
         uuid=gpu.uuid,
         memory_total_mib=gpu.memory_total_mib or 0,
         memory_used_mib=gpu.memory_used_mib or 0,
+        numa_node=gpu.numa_node,
         memory_vllm_mib=sum(p.used_mib or 0 for p in own) if known else 0,
         other_units_mib=units if known else {},
         other_processes=[GpuProcessFact(pid=p.pid, name=p.name, used_mib=p.used_mib)
@@ -61,6 +62,7 @@ def planning_facts(snap: HostSnapshot) -> PlanningFacts:
     system, storage, gpu = snap.system, snap.storage, snap.gpu
     platform = getattr(snap, "platform", None)  # snapshots recorded before the section had none
     kernel = getattr(snap, "kernel", None)  # None in snapshots built of fewer sections (tests)
+    models = getattr(snap, "model_configs", None)  # snapshots recorded before the section had none
     nvme_disks = [d for d in storage.block_devices if d.type == "disk" and d.on_nvme]
     fstab_by_uuid = {e.spec[len("UUID="):]: e.file for e in storage.fstab if e.spec.startswith("UUID=")}
     nvme_devices = []
@@ -99,6 +101,9 @@ def planning_facts(snap: HostSnapshot) -> PlanningFacts:
         swaps=[SwapFact(path=s.path, size_bytes=s.size_bytes, used_bytes=s.used_bytes, priority=s.priority)
                for s in storage.swaps],
         gpus=[gpu_fact(g, gpu) for g in gpu.gpus],
+        model_configs=dict(models.configs) if models is not None else {},
+        model_config_errors=dict(models.errors) if models is not None else {},
+        numa_cpus=dict(gpu.numa_cpus),
         platform=None if platform is None else platform.model_copy(
             update={"lsblk_without_path": storage.lsblk_without_path}),
         vllm_installed=installed_vllm(snap),

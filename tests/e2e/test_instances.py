@@ -169,3 +169,50 @@ def test_switching_to_vllm_service_and_back_removes_the_other_form(host, deploye
     assert sh(host, "ls /etc/vllm-hostkit/").split() == [vllm_instance_env_file(name).rsplit("/", 1)[1] for name in kept]
     for name in kept:
         assert probe(host, name).serves(f"lab-{name}")
+
+
+def test_a_placed_instances_numa_directives_are_applied_by_the_hosts_systemd(host, deployed):
+    """What the unit of an instance placed on a NUMA node says, loaded by the container's systemd
+    (252) and applied to its process. The planner places nothing in a container (its host's
+    cpuset may leave it none of a node's CPUs), so the plan here is the 2-node fixture's
+    instance b (tests/unit/test_numa_plan.py) on node 0 of this host's real sysfs, with
+    /bin/sleep for a command. A NUMAMask naming a node the host lacks fails the start: why
+    only a node the host reported is ever named. On this 2-CPU lab host node 0 holds every CPU,
+    so the CPU mask shows what systemd loaded; the memory policy shows it applied: instance a,
+    deployed unplaced, runs under the kernel's default policy."""
+    from hostkit.desired.vllm_unit import render_unit
+    from tests.unit.test_numa_plan import TP4_PAIR, TWO_NODES, plan, section
+
+    cpus = sh(host, "cat /sys/devices/system/node/node0/cpulist").strip()
+    nodes = sh(host, "ls -d /sys/devices/system/node/node[0-9]* | wc -l").strip()
+    placed = plan(TP4_PAIR, section(TWO_NODES)).instances["b"].model_copy(update={
+        "instance": "numa", "numa_node": 0, "cpu_affinity": cpus, "argv": ["/bin/sleep", "600"],
+        "cache_dir": "/var/cache/vllm-numa", "systemd_version": 252})
+    unit, env = vllm_instance_unit("numa"), vllm_instance_env_file("numa")
+    results = {}
+    for mask in ("0", nodes):  # node 0, then the first node this host does not have
+        text = render_unit(placed).replace("NUMAMask=0\n", f"NUMAMask={mask}\n")
+        sh(host, f"install -m 600 /dev/null {env} && cat >/etc/systemd/system/{unit} <<'EOF'\n{text}EOF\n"
+                 f"systemctl daemon-reload && (systemctl start {unit} || true) && sleep 1")
+        shown = dict(line.split("=", 1) for line in sh(
+            host, f"systemctl show {unit} -p CPUAffinity -p NUMAPolicy -p NUMAMask -p ActiveState -p Result "
+                  "-p MainPID").splitlines())
+        pid = shown["MainPID"]
+        # The failed start's journal line may come a moment after systemctl show says it failed.
+        failure = f"journalctl -u {unit} -o cat --no-pager | grep 'step NUMA_POLICY'"
+        status = sh(host, f"grep Cpus_allowed_list /proc/{pid}/status; head -1 /proc/{pid}/numa_maps" if pid != "0"
+                    else f"for i in $(seq 20); do {failure} >/dev/null && break; sleep 0.5; done; {failure} | tail -1")
+        results[mask] = (shown, status)
+        sh(host, f"systemctl stop {unit}; systemctl reset-failed {unit}; rm -f /etc/systemd/system/{unit} {env}; "
+                 "systemctl daemon-reload")
+    (placed_shown, placed_status), (absent_shown, absent_log) = results["0"], results[nodes]
+    report(numa_node0_cpus=cpus, numa_nodes=int(nodes), placed=placed_shown, placed_process=placed_status,
+           absent_node=absent_shown, absent_log=absent_log)
+    assert (placed_shown["ActiveState"], placed_shown["NUMAPolicy"], placed_shown["NUMAMask"]) == ("active", "preferred", "0")
+    assert placed_shown["CPUAffinity"] == cpus
+    assert f"Cpus_allowed_list:\t{cpus}" in placed_status and " prefer:0 " in placed_status
+    unplaced = sh(host, f"head -1 /proc/{unit_state(host, 'a')['MainPID']}/numa_maps")
+    assert " default " in unplaced and "prefer:" not in unplaced, unplaced
+    # Restart=always retries it (activating, auto-restart) until StartLimitBurst ends it.
+    assert absent_shown["Result"] == "exit-code" and absent_shown["MainPID"] == "0"
+    assert "Failed at step NUMA_POLICY spawning" in absent_log and "Invalid argument" in absent_log

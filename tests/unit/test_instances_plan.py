@@ -152,10 +152,6 @@ def test_two_small_instances_share_one_gpu():
     assert f"          GPUs 0 ({UUID.format(0)})" in text and "          shares GPU 0 with b: 0.4 + 0.4 = 0.8 of it" in text
 
 
-def test_the_plan_says_numa_placement_is_not_planned():
-    assert "NUMA placement: not planned: no NUMA facts (the GPU facts carry no PCI numa_node)" in plan(replicas(2), 2).notes
-
-
 def test_each_instance_shows_in_hostkit_plan():
     text = plan_as_text(plan({"left": {"gpus": [0, 1, 2, 3]}, "right": {"gpus": [4, 5, 6, 7], "vllm_port": 8001}}))
     assert "instance  right  port 8001  Qwen/Qwen2.5-7B-Instruct" in text

@@ -467,7 +467,7 @@ def test_without_chunked_prefill_the_activation_grows_with_the_context():
 
 def test_pre_quantized_checkpoints_are_sized_from_quantization_config():
     awq = {**QWEN7_CONFIG, "torch_dtype": "float16", "quantization_config": {"quant_method": "awq", "bits": 4, "group_size": 128}}
-    sizing = plan(model="/models/q", host_facts=facts(model_config_json=awq)).vllm.sizing
+    sizing = plan(model="/models/q", host_facts=facts(model_configs={"/models/q": awq})).vllm.sizing
     linear = 28 * (2 * 3584 * 28 * 128 + 2 * 3584 * 4 * 128 + 3 * 3584 * 18944)
     embeddings_and_head = 2 * 152064 * 3584 * 2  # fp16, never quantized
     assert sizing.weights_bytes_per_gpu == int(linear * (0.5 + 2.5 / 128) + embeddings_and_head)
@@ -548,7 +548,7 @@ def test_unknown_model_skips_sizing_with_a_warning():
 
 
 def test_local_model_dir_is_sized_from_its_config_json():
-    host_facts = facts(model_config_json=QWEN7_CONFIG)
+    host_facts = facts(model_configs={"/models/qwen7": QWEN7_CONFIG})
     result = plan(model="/models/qwen7", host_facts=host_facts)
     assert result.vllm.sizing.kv_bytes_per_token == 56 * KIB
     assert result.vllm.argv[:3] == ["/opt/vllm/bin/vllm", "serve", "/models/qwen7"]
@@ -579,10 +579,10 @@ def test_weights_that_do_not_fit_are_refused():
 
 
 def test_tp_must_divide_heads_of_a_local_model():
-    error = refused({"vllm_tensor_parallel_size": 3}, facts(gpus=[h200(0), h200(1), h200(2)], model_config_json=QWEN7_CONFIG), model="/models/q")
+    error = refused({"vllm_tensor_parallel_size": 3}, facts(gpus=[h200(0), h200(1), h200(2)], model_configs={"/models/q": QWEN7_CONFIG}), model="/models/q")
     assert "host gpu-a1: vllm_tensor_parallel_size: 3 does not divide the 28 attention heads" in str(error)
     # 28 heads split 7 ways, but 4 KV heads neither divide by nor divide 7.
-    seven = refused({"vllm_tensor_parallel_size": 7}, facts(gpus=[h200(i) for i in range(7)], model_config_json=QWEN7_CONFIG), model="/models/q")
+    seven = refused({"vllm_tensor_parallel_size": 7}, facts(gpus=[h200(i) for i in range(7)], model_configs={"/models/q": QWEN7_CONFIG}), model="/models/q")
     assert "7 neither divides nor is a multiple of the 4 KV heads" in str(seven)
 
 

@@ -111,7 +111,7 @@ def plan_case(case: dict):
         nvme_devices=[],
         swaps=[],
         gpus=_gpus(case),
-        model_config_json=_config_json(case["model"]),
+        model_configs={"/models/calibration": _config_json(case["model"])},
     )
     try:
         return plan_host(profile, host_facts, host_name=case["id"]).vllm.sizing
