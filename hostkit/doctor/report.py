@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from hostkit.exit_codes import exit_status
 from hostkit.doctor.inputs import GpuMemory, UnitMemory, VllmProcessTree
-from hostkit.doctor.rules import Diagnosis, Finding, InstanceDiagnosis, Severity
+from hostkit.doctor.rules import SEVERITY_ORDER, Diagnosis, Finding, InstanceDiagnosis, Severity
 from hostkit.doctor.vllm_args import VllmSettings
 from hostkit.sizes import format_size
 
@@ -152,6 +152,7 @@ def render_text(diagnoses: Sequence[Diagnosis], unreachable: Sequence[str] = ())
             lines.append(f"  note: {note}")
         named = [("", finding) for finding in diagnosis.findings]
         named += [(f"{instance.unit}: ", finding) for instance in diagnosis.instances for finding in instance.findings]
+        named.sort(key=lambda pair: SEVERITY_ORDER[pair[1].severity])  # stable: the host's first, then by unit
         if named:
             lines.append("")
             for prefix, finding in named:
