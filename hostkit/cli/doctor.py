@@ -100,8 +100,9 @@ def _diagnose_inventory(inventory: str, limit: list[str], unit: str):
 
 def planned_instances(host, profile):
     """({instance: its GPUs by index}, None) of a host with vllm_instances, planned from the
-    snapshot the deploy reads (one more command); ({}, None) without vllm_instances; ({}, a
-    finding) when the plan fails, and the host is diagnosed without its instances."""
+    snapshot the deploy reads (one more command); ({}, None) without vllm_instances. When the
+    plan fails (its GPUs held by another process, say): each instance without its GPUs, and a
+    finding that gives the plan's reasons."""
     from hostkit.doctor.rules import Finding, Severity
     from hostkit.facts.snapshot import snapshot
     from hostkit.plan.planner import PlanError, plan_host
@@ -113,7 +114,8 @@ def planned_instances(host, profile):
     try:
         plan = plan_host(profile, planning_facts(snapshot(host, snapshot_scope(profile))), host_name=host.name)
     except PlanError as error:
-        return {}, Finding("instances-unplanned", Severity.WARNING,
-                           f"This host's vllm_instances cannot be planned, so no instance was diagnosed:\n{error}",
-                           "Fix what the plan names (`hostkit plan` shows it).")
+        return {name: () for name in profile.vllm_instances}, Finding(
+            "instances-unplanned", Severity.WARNING,
+            f"This host's vllm_instances cannot be planned, so their GPUs are not shown:\n{error}",
+            "Fix what the plan names (`hostkit plan` shows it), then deploy.")
     return {name: tuple(server.gpu_indices) for name, server in plan.instances.items()}, None

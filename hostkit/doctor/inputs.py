@@ -166,8 +166,7 @@ class DoctorInputs:
         data = asdict(self)
         data["platform"] = self.platform.model_dump() if self.platform is not None else None
         data["kernel_log"]["oom_kills"] = [asdict(kill) for kill in self.kernel_log.oom_kills]
-        if not self.instances:
-            del data["instances"]  # a vllm.service host's document as before instances
+        del data["instances"]  # each instance's inputs go with its diagnosis (Diagnosis.instances)
         return data
 
     def of_instance(self, instance: InstanceInputs) -> DoctorInputs:

@@ -5,7 +5,11 @@ findings once. On the probe output recorded on a lab container host (fixtures/do
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
+
+import pytest
 
 from hostkit.doctor.gather import doctor_command, parse_doctor_output, split_sub_sections
 from hostkit.doctor.report import exit_code, render_json, render_text
@@ -94,7 +98,7 @@ def test_json_carries_each_instance_with_its_inputs_settings_and_findings():
     assert a["vllm_settings"]["options"]["--port"] == "8000"
     assert [finding["code"] for finding in host["instances"][1]["findings"]] == ["vllm-not-running",
                                                                                "memory-limit-missing"]
-    assert host["vllm_settings"] is None and "instances" in host["inputs"]
+    assert host["vllm_settings"] is None and "instances" not in host["inputs"]  # once, under "instances"
 
 
 def with_gpu_processes(output: list[str]) -> list[str]:
@@ -147,3 +151,25 @@ def test_an_oom_kill_in_one_instances_cgroup_is_that_instances_alone():
     assert "CRITICAL vllm@a.service: vllm-oom-killed: vLLM hit its unit memory limit" in text
     assert "vllm@a.service OOM kills     ? in its cgroup (memory.events), 1 in the kernel log since boot" in text
     assert "vllm@c.service OOM kills     ? in its cgroup (memory.events), 0 in the kernel log since boot" in text
+
+
+@pytest.mark.processes
+def test_an_inventory_host_whose_instances_cannot_be_planned_shows_them_without_gpus(tmp_path):
+    """Through pyinfra's @local connector: this machine has no GPU 5, so the plan cannot place
+    the instance, and doctor still reads its unit (absent here), naming the plan's reason."""
+    inventory = tmp_path / "inventory.py"
+    inventory.write_text('hosts = [("@local", {"gpu_required": False, "swap_enabled": False, "monitoring_enabled": False,'
+                         ' "vllm_model": "Qwen/Qwen2.5-0.5B-Instruct", "vllm_instances": {"solo": {"gpus": [5]}}})]\n')
+    result = subprocess.run(
+        [sys.executable, "-c", "from hostkit.cli.main import main; main()", "doctor", str(inventory), "--format", "json"],
+        capture_output=True, text=True, timeout=120, check=False,
+    )
+    (host,) = json.loads(result.stdout)["hosts"]
+    (instance,) = host["instances"]
+    assert (instance["name"], instance["unit"], instance["inputs"]["gpus"]) == ("solo", "vllm@solo.service", [])
+    assert "vllm-absent" in {finding["code"] for finding in instance["findings"]}
+    (unplanned,) = [finding for finding in host["findings"] if finding["code"] == "instances-unplanned"]
+    # A GPU-less machine, or one with fewer than six GPUs.
+    assert ("the instances' GPUs cannot be placed" in unplanned["problem"]
+            or "GPU 5 of vllm_instances 'solo' is not on this host" in unplanned["problem"]), unplanned["problem"]
+    assert result.returncode == 0  # warnings only
