@@ -73,7 +73,8 @@ def _unit_rows(unit: UnitMemory, vllm: VllmProcessTree | None, label: str = "") 
             extra.append(f"MemorySwapMax {_size(unit.swap_max_bytes)}")
         if unit.swap_current_bytes:
             extra.append(f"{_size(unit.swap_current_bytes)} in swap")
-        rows.append((f"{label}memory" if label else "unit memory", f"now {_size(unit.current_bytes)}, peak {_size(unit.peak_bytes)}, {limit}"
+        rows.append((f"{label}memory" if label else "unit memory",
+                     f"now {_size(unit.current_bytes)}, peak {_size(unit.peak_bytes)}, {limit}"
                      + (f" ({', '.join(extra)})" if extra else "")))
     else:
         rows.append((unit.unit, "not installed"))
@@ -101,8 +102,8 @@ def _gpu_rows(gpus: tuple[GpuMemory, ...], settings: VllmSettings | None, label:
                   if utilization else "")
         holders = ", ".join(f"pid {holder.pid} {holder.name or '?'}" for holder in gpu.others)
         others = f", others {gpu.other_mib} MiB ({holders})" if gpu.others else ""
-        rows.append((f"{label}GPU {gpu.index}", f"{gpu.used_mib} / {gpu.total_mib} MiB used: {owner} {gpu.vllm_mib} MiB"
-                                                f"{others}{target}"))
+        rows.append((f"{label}GPU {gpu.index}",
+                     f"{gpu.used_mib} / {gpu.total_mib} MiB used: {owner} {gpu.vllm_mib} MiB{others}{target}"))
     return rows
 
 

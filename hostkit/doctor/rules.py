@@ -746,6 +746,7 @@ UNIT_RULES: frozenset[Rule] = frozenset({
     max_num_seqs_for_ram,
 })
 HOST_RULES: tuple[Rule, ...] = tuple(rule for rule in RULES if rule not in UNIT_RULES)
+INSTANCE_RULES: tuple[Rule, ...] = tuple(rule for rule in RULES if rule in UNIT_RULES)
 
 
 def vllm_settings(inputs: DoctorInputs, profile: HostProfile | None) -> VllmSettings | None:
@@ -768,8 +769,8 @@ def _findings(rules: tuple[Rule, ...], ctx: Context) -> tuple[Finding, ...]:
 def diagnose_instance(inputs: DoctorInputs, instance: InstanceInputs, profile: HostProfile | None) -> InstanceDiagnosis:
     view = inputs.of_instance(instance)
     settings = vllm_settings(view, profile)
-    unit_rules = tuple(rule for rule in RULES if rule in UNIT_RULES)
-    return InstanceDiagnosis(instance, view, settings, _findings(unit_rules, Context(view, settings, profile, instance.name)))
+    return InstanceDiagnosis(instance, view, settings,
+                             _findings(INSTANCE_RULES, Context(view, settings, profile, instance.name)))
 
 
 def diagnose(inputs: DoctorInputs, profile: HostProfile | None = None) -> Diagnosis:
