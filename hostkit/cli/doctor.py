@@ -75,12 +75,15 @@ def _diagnose_inventory(inventory: str, limit: list[str], unit: str):
             for host in hosts:
                 profile = profiles.get(host.name)
                 metrics = textfile_path(profile.monitoring_textfile_dir) if profile else DEFAULT_METRICS_FILE
+                instances, unplanned = planned_instances(host, profile) if profile else ({}, None)
                 try:
-                    inputs = gather_host(host, unit, profile.vllm_command if profile else None, metrics)
+                    inputs = gather_host(host, unit, profile.vllm_command if profile else None, metrics, instances)
                 except GatherError as error:
                     click.echo(f"hostkit doctor: {host.name}: {error}", err=True)
                     continue
                 diagnosis = diagnose(inputs, profile)
+                if unplanned is not None:
+                    diagnosis = replace(diagnosis, findings=(*diagnosis.findings, unplanned))
                 if host.name in invalid:
                     diagnosis = replace(diagnosis, findings=(*diagnosis.findings, Finding(
                         "inventory-data-invalid", Severity.WARNING,
@@ -93,3 +96,26 @@ def _diagnose_inventory(inventory: str, limit: list[str], unit: str):
     reached = {diagnosis.inputs.host for diagnosis in diagnoses}
     unreachable = [name for name, _ in entries if name not in reached]
     return diagnoses, unreachable
+
+
+def planned_instances(host, profile):
+    """({instance: its GPUs by index}, None) of a host with vllm_instances, planned from the
+    snapshot the deploy reads (one more command); ({}, None) without vllm_instances. When the
+    plan fails (its GPUs held by another process, say): each instance without its GPUs, and a
+    finding that gives the plan's reasons."""
+    from hostkit.doctor.rules import Finding, Severity
+    from hostkit.facts.snapshot import snapshot
+    from hostkit.plan.planner import PlanError, plan_host
+    from hostkit.plan.scope import snapshot_scope
+    from hostkit.plan.snapshot_facts import planning_facts
+
+    if not profile.vllm_instances:
+        return {}, None
+    try:
+        plan = plan_host(profile, planning_facts(snapshot(host, snapshot_scope(profile))), host_name=host.name)
+    except PlanError as error:
+        return {name: () for name in profile.vllm_instances}, Finding(
+            "instances-unplanned", Severity.WARNING,
+            f"This host's vllm_instances cannot be planned, so their GPUs are not shown:\n{error}",
+            "Fix what the plan names (`hostkit plan` shows it), then deploy.")
+    return {name: tuple(server.gpu_indices) for name, server in plan.instances.items()}, None

@@ -20,7 +20,9 @@ The command prints sub-sections between `@@doctor:NAME@@` lines:
 - gpus: the snapshot's gpu section (hostkit.facts.gpu): memory per GPU, and each compute
   process with its /proc/PID/cgroup, which says whether it is the vLLM unit's;
 - platform: hostkit.facts.platform's script (automatic upgrades of the NVIDIA driver packages).
-- metrics: the monitoring collector's metrics file and its age, when the file exists.
+- metrics: the monitoring collector's metrics file and its age, when the file exists;
+- on a host with vllm_instances, each instance's unit, cgroup, argv and engine-deaths, the
+  part's name followed by the instance's unit (`unit vllm@a.service`).
 
 Every command that can hang (nvidia-smi, systemctl, journalctl, ps, the platform probe) runs
 within a deadline (hostkit.facts.deadline) and prints what timed out after how long; the
@@ -33,7 +35,8 @@ import json
 import re
 import shlex
 import subprocess
-from collections.abc import Iterable
+from dataclasses import replace
+from collections.abc import Iterable, Mapping, Sequence
 
 from pyinfra.api import FactBase
 
@@ -44,6 +47,7 @@ from hostkit.doctor.inputs import (
     GpuHolder,
     GpuMemory,
     HostMemory,
+    InstanceInputs,
     KeepAlive,
     KernelTuning,
     NvmeBoot,
@@ -63,7 +67,9 @@ from hostkit.facts.system import SystemFact, SystemInfo
 from hostkit.facts.systemctl_show import SHOW_FUNCTIONS, parse_show
 from hostkit.monitoring import textfile_path
 from hostkit.monitoring.collector import unit_cgroup_path
-from hostkit.paths import NVME_SETTINGS_FILE, NVME_UNIT, VLLM_UNIT, WATCHDOG_STATE_PATH, WATCHDOG_UNIT
+from hostkit.paths import (
+    NVME_SETTINGS_FILE, NVME_UNIT, VLLM_UNIT, WATCHDOG_STATE_PATH, WATCHDOG_UNIT, is_vllm_unit, vllm_instance_unit,
+)
 from hostkit.profile.host_profile import HostProfile
 from hostkit.remote import host_file
 
@@ -129,8 +135,9 @@ def _section(name: str, command: str) -> str:
 
 
 def doctor_command(unit: str = VLLM_UNIT, vllm_command: str | None = None, with_proc: bool = True,
-                   metrics_file: str = DEFAULT_METRICS_FILE) -> str:
-    """The probe script. `with_proc=False` leaves out ps (local runs read processes with psutil)."""
+                   metrics_file: str = DEFAULT_METRICS_FILE, instance_units: Sequence[str] = ()) -> str:
+    """The probe script. `with_proc=False` leaves out ps (local runs read processes with psutil);
+    `instance_units`: the units of the host's vllm_instances, each read as `unit` is."""
     settings = {
         "hk_mark": SUB_MARKER,
         "unit": unit,
@@ -148,6 +155,7 @@ def doctor_command(unit: str = VLLM_UNIT, vllm_command: str | None = None, with_
         "hk_ps_s": str(PS_S),
         "hk_nvme_settings": NVME_SETTINGS_FILE,
         "hk_nvme_unit": NVME_UNIT,
+        "hk_instance_units": " ".join(instance_units),
     }
     lines = [f"{name}={shlex.quote(value)}" for name, value in settings.items()]
     lines += [
@@ -156,6 +164,7 @@ def doctor_command(unit: str = VLLM_UNIT, vllm_command: str | None = None, with_
         _section("kernel", KernelFact().command(_KERNEL_SCOPE)),
         SHOW_FUNCTIONS,
         host_file("doctor_unit.sh"),
+        host_file("doctor_nvme_boot.sh"),
         host_file("doctor_processes.sh"),
         host_file("doctor_dist.sh"),
         _marker("platform"),
@@ -164,6 +173,7 @@ def doctor_command(unit: str = VLLM_UNIT, vllm_command: str | None = None, with_
         oom_lines_command(),
         _section("gpus", GpuFact().command()),
         host_file("doctor_history.sh"),
+        host_file("doctor_instances.sh"),
     ]
     return "\n".join(lines)
 
@@ -301,12 +311,17 @@ def find_server_root(candidates: dict[int, int]) -> int | None:
     return min(roots) if roots else None
 
 
-def parse_processes(ps_lines: list[str], main_pid: int | None, main_argv: list[str]) -> VllmProcessTree | None:
+def parse_processes(ps_lines: list[str], main_pid: int | None, main_argv: list[str],
+                    search: bool = True) -> VllmProcessTree | None:
+    """The unit's main process and its tree; without one, with `search`, a vLLM server found
+    by its command line (an instance's unit does not search: another instance's would be found)."""
     rows = _ps_rows(ps_lines)
     parents = {pid: ppid for pid, ppid, _, _ in rows}
     rss = {pid: rss_kib * 1024 for pid, _, rss_kib, _ in rows}
     pid = main_pid if main_pid and main_pid in parents else None
     argv, exact = tuple(main_argv), bool(main_argv)
+    if pid is None and not search:
+        return None
     if pid is None:
         candidates = {
             row_pid: ppid for row_pid, ppid, _, args in rows if SUB_MARKER not in args and is_vllm_server(args.split())
@@ -345,9 +360,12 @@ def pick_vllm_version(found: dict[str, str], argv: tuple[str, ...]) -> tuple[str
     return None, None
 
 
-def parse_gpus(lines: list[str] | None, unit_cgroup: str) -> tuple[tuple[GpuMemory, ...], str | None]:
+def parse_gpus(lines: list[str] | None, unit_cgroup: str,
+               instance_gpus: Sequence[int] | None = None) -> tuple[tuple[GpuMemory, ...], str | None]:
     """Each GPU's memory, split between the vLLM unit and the rest by the holders' cgroups
-    (hostkit.facts.gpu, as plan splits it), and nvidia-smi's error, if any."""
+    (hostkit.facts.gpu, as plan splits it), and nvidia-smi's error, if any. For one of
+    vllm_instances: `instance_gpus` (its GPUs by index) alone, and hostkit's other vLLM units
+    (the instances beside it) are neither its memory nor the others'."""
     if lines is None:
         return (), None
     facts = parse_gpu_output(lines)
@@ -355,7 +373,11 @@ def parse_gpus(lines: list[str] | None, unit_cgroup: str) -> tuple[tuple[GpuMemo
         return (), None
     gpus = []
     for gpu in facts.gpus:
+        if instance_gpus is not None and gpu.index not in instance_gpus:
+            continue
         own, others = facts.holders(gpu, unit_cgroup)
+        if instance_gpus is not None:
+            others = [process for process in others if not is_vllm_unit(process.service)]
         holders = tuple(GpuHolder(p.pid, p.name, p.used_mib or 0) for p in others)
         gpus.append(GpuMemory(
             index=gpu.index,
@@ -411,12 +433,31 @@ def parse_nvme_boot(lines: list[str] | None) -> NvmeBoot | None:
     )
 
 
-def parse_doctor_output(host: str, output: list[str], unit: str = VLLM_UNIT) -> DoctorInputs:
+def parse_doctor_output(host: str, output: list[str], unit: str = VLLM_UNIT,
+                        instances: Mapping[str, Sequence[int]] | None = None) -> DoctorInputs:
+    """`instances`: the host's vllm_instances as planned, {name: its GPUs by index}."""
     parts = split_sub_sections(output)
     unit_memory = parse_unit(unit, parts.get("unit"), parts.get("cgroup", []))
     main_argv = [word for word in parts.get("argv", []) if word != ""]
     vllm = parse_processes(parts.get("ps", []), unit_memory.main_pid, main_argv)
-    return _assemble(host, parts, unit_memory, vllm)
+    inputs = _assemble(host, parts, unit_memory, vllm)
+    return replace(inputs, instances=tuple(
+        parse_instance(name, gpus, parts) for name, gpus in (instances or {}).items()))
+
+
+def parse_instance(name: str, gpus: Sequence[int], parts: dict[str, list[str]]) -> InstanceInputs:
+    """One of vllm_instances from its own parts (named `PART UNIT`), the host's ps and GPUs."""
+    unit = vllm_instance_unit(name)
+    memory = parse_unit(unit, parts.get(f"unit {unit}"), parts.get(f"cgroup {unit}", []))
+    argv = [word for word in parts.get(f"argv {unit}", []) if word != ""]
+    own_gpus, _ = parse_gpus(parts.get("gpus"), memory.control_group or unit_cgroup_path(unit), gpus)
+    return InstanceInputs(
+        name=name,
+        unit=memory,
+        vllm=parse_processes(parts.get("ps", []), memory.main_pid, argv, search=False),
+        gpus=own_gpus,
+        keepalive=parse_keepalive(parts.get(f"engine-deaths {unit}", []), []),
+    )
 
 
 def _assemble(host: str, parts: dict[str, list[str]], unit_memory: UnitMemory,
@@ -458,8 +499,8 @@ class DoctorFact(FactBase):
     """Everything `hostkit doctor` reads, in one command. Always exits 0."""
 
     def command(self, unit: str = VLLM_UNIT, vllm_command: str | None = None,
-                metrics_file: str = DEFAULT_METRICS_FILE) -> str:
-        return doctor_command(unit, vllm_command, metrics_file=metrics_file)
+                metrics_file: str = DEFAULT_METRICS_FILE, instance_units: Sequence[str] = ()) -> str:
+        return doctor_command(unit, vllm_command, metrics_file=metrics_file, instance_units=instance_units)
 
     def process(self, output: list[str]) -> list[str]:
         # The host name is not known here; `gather_host` parses with it.
@@ -522,10 +563,13 @@ def _local_vllm_process(main_pid: int | None) -> VllmProcessTree | None:
 
 
 def gather_host(host, unit: str = VLLM_UNIT, vllm_command: str | None = None,
-                metrics_file: str = DEFAULT_METRICS_FILE) -> DoctorInputs:
-    """One connected pyinfra host (ssh, @local, any connector), one command within DOCTOR_S."""
+                metrics_file: str = DEFAULT_METRICS_FILE,
+                instances: Mapping[str, Sequence[int]] | None = None) -> DoctorInputs:
+    """One connected pyinfra host (ssh, @local, any connector), one command within DOCTOR_S;
+    `instances`: its vllm_instances as planned, {name: its GPUs by index}."""
+    instance_units = tuple(vllm_instance_unit(name) for name in instances or {})
     output = host.get_fact(DoctorFact, unit=unit, vllm_command=vllm_command, metrics_file=metrics_file,
-                           _timeout=DOCTOR_S)
+                           instance_units=instance_units, _timeout=DOCTOR_S)
     if output is None:  # pyinfra logged why: the connection dropped or the deadline passed
         raise GatherError(f"the doctor command failed or ran past {DOCTOR_S} s")
-    return parse_doctor_output(host.name, output, unit)
+    return parse_doctor_output(host.name, output, unit, instances)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from hostkit.facts.kernel_log import KernelLog
@@ -131,6 +131,19 @@ class NvmeBoot:
 
 
 @dataclass(frozen=True)
+class InstanceInputs:
+    """One of vllm_instances as read on its host: its unit and memory cgroup, its server's
+    process tree (None: its unit has no main process), its GPUs as planned with their memory
+    split by its cgroup, and its journal's engine deaths."""
+
+    name: str
+    unit: UnitMemory
+    vllm: VllmProcessTree | None
+    gpus: tuple[GpuMemory, ...] = ()
+    keepalive: KeepAlive = field(default_factory=KeepAlive)
+
+
+@dataclass(frozen=True)
 class DoctorInputs:
     host: str
     memory: HostMemory
@@ -147,12 +160,20 @@ class DoctorInputs:
     collector: CollectorMetrics | None = None  # None: no metrics file on the host
     nvme_boot: NvmeBoot | None = None  # None: no NVMe boot unit installed
     timeouts: tuple[str, ...] = ()  # "WHAT timed out after N s", one per command that hit its deadline
+    instances: tuple[InstanceInputs, ...] = ()  # vllm_instances as planned; none: vllm.service's host
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["platform"] = self.platform.model_dump() if self.platform is not None else None
         data["kernel_log"]["oom_kills"] = [asdict(kill) for kill in self.kernel_log.oom_kills]
+        del data["instances"]  # each instance's inputs go with its diagnosis (Diagnosis.instances)
         return data
+
+    def of_instance(self, instance: InstanceInputs) -> DoctorInputs:
+        """This host as one instance's rules read it: the host's memory, kernel and log, the
+        instance's unit, process tree, GPUs and journal."""
+        return replace(self, unit=instance.unit, vllm=instance.vllm, gpus=instance.gpus,
+                       keepalive=instance.keepalive, instances=())
 
     @property
     def vllm_argv(self) -> tuple[str, ...]:

@@ -13,7 +13,7 @@ from enum import Enum
 from typing import Any
 
 from hostkit.vllm import model_catalog
-from hostkit.doctor.inputs import DoctorInputs
+from hostkit.doctor.inputs import DoctorInputs, InstanceInputs
 from hostkit.facts.kernel_log import OomKill
 from hostkit.doctor.vllm_args import VllmSettings, effective_settings, removal_note
 from hostkit.plan.planner import CHUNKED_PREFILL_BATCH_TOKENS, LONG_CONTEXT_TOKENS
@@ -67,22 +67,53 @@ class Finding:
 
 
 @dataclass(frozen=True)
-class Diagnosis:
-    inputs: DoctorInputs
+class InstanceDiagnosis:
+    """One of vllm_instances: what its rules read (its unit, process, GPUs, flags) and found."""
+
+    instance: InstanceInputs
+    inputs: DoctorInputs  # the host as this instance's rules read it (DoctorInputs.of_instance)
     settings: VllmSettings | None
     findings: tuple[Finding, ...]
 
     @property
-    def critical(self) -> bool:
-        return any(f.severity is Severity.CRITICAL for f in self.findings)
+    def name(self) -> str:
+        return self.instance.name
+
+    @property
+    def unit(self) -> str:
+        return self.instance.unit.unit
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        return {"name": self.name, "unit": self.unit, "inputs": asdict(self.instance),
+                "vllm_settings": self.settings.to_dict() if self.settings else None,
+                "findings": [finding.to_dict() for finding in self.findings]}
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    inputs: DoctorInputs
+    settings: VllmSettings | None
+    findings: tuple[Finding, ...]  # a host with vllm_instances: the host's own, each instance's below
+    instances: tuple[InstanceDiagnosis, ...] = ()
+
+    @property
+    def all_findings(self) -> tuple[Finding, ...]:
+        return self.findings + tuple(finding for instance in self.instances for finding in instance.findings)
+
+    @property
+    def critical(self) -> bool:
+        return any(f.severity is Severity.CRITICAL for f in self.all_findings)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = {
             "host": self.inputs.host,
             "inputs": self.inputs.to_dict(),
             "vllm_settings": self.settings.to_dict() if self.settings else None,
             "findings": [finding.to_dict() for finding in self.findings],
         }
+        if self.instances:
+            data["instances"] = [instance.to_dict() for instance in self.instances]
+        return data
 
 
 @dataclass(frozen=True)
@@ -90,6 +121,7 @@ class Context:
     inputs: DoctorInputs
     settings: VllmSettings | None
     profile: HostProfile | None
+    instance: str | None = None  # one of vllm_instances: its rules read its unit (DoctorInputs.of_instance)
 
     @property
     def unit(self) -> str:
@@ -198,16 +230,19 @@ def transparent_hugepages(ctx: Context) -> Iterator[Finding]:
 # -- OOM kills --------------------------------------------------------------------------------
 
 
-def is_vllm_victim(kill: OomKill, unit: str) -> bool:
-    """Killed inside the vLLM unit, or a process vLLM names itself (V1: `VLLM::EngineCore`)."""
-    return kill.in_unit(unit) or kill.process.startswith("VLLM::") or kill.process == "vllm"
+def is_vllm_victim(kill: OomKill, unit: str, by_name: bool = True) -> bool:
+    """Killed inside the vLLM unit, or (`by_name`) a process vLLM names itself (V1:
+    `VLLM::EngineCore`); by name alone no instance of several can tell which was its own."""
+    return kill.in_unit(unit) or by_name and (kill.process.startswith("VLLM::") or kill.process == "vllm")
 
 
-def oom_kills(ctx: Context) -> Iterator[Finding]:
+def _is_ctx_victim(ctx: Context, kill: OomKill) -> bool:
+    return is_vllm_victim(kill, ctx.unit, by_name=ctx.instance is None)
+
+
+def vllm_oom_kills(ctx: Context) -> Iterator[Finding]:
     log, unit = ctx.inputs.kernel_log, ctx.inputs.unit
-    kills = log.oom_kills
-    vllm_kills = [kill for kill in kills if is_vllm_victim(kill, ctx.unit)]
-    other_kills = [kill for kill in kills if kill not in vllm_kills]
+    vllm_kills = [kill for kill in log.oom_kills if _is_ctx_victim(ctx, kill)]
     limit = format_size(unit.max_bytes) if unit.max_bytes else None
     if vllm_kills:
         in_limit = [kill for kill in vllm_kills if kill.cgroup_limit]
@@ -235,6 +270,16 @@ def oom_kills(ctx: Context) -> Iterator[Finding]:
             "Raise vllm_memory_max if RAM allows, or lower vllm_max_num_seqs (e.g. 256 -> 64).",
             {"memory_events_oom_kill": unit.oom_kills},
         )
+
+
+def other_oom_kills(ctx: Context) -> Iterator[Finding]:
+    """Kills of no vLLM unit's (on a host with vllm_instances: of no instance's), and an unread log."""
+    log = ctx.inputs.kernel_log
+    if ctx.inputs.instances:
+        units = [instance.unit.unit for instance in ctx.inputs.instances]
+        other_kills = [kill for kill in log.oom_kills if not any(kill.in_unit(unit) for unit in units)]
+    else:
+        other_kills = [kill for kill in log.oom_kills if not _is_ctx_victim(ctx, kill)]
     if other_kills:
         victims = ", ".join(f"{k.process} (pid {k.pid})" for k in other_kills)
         yield Finding(
@@ -520,7 +565,7 @@ def _memory_pressure(ctx: Context) -> list[str]:
     inputs = ctx.inputs
     unit, memory = inputs.unit, inputs.memory
     evidence = []
-    if any(is_vllm_victim(kill, ctx.unit) for kill in inputs.kernel_log.oom_kills) or unit.oom_kills:
+    if any(_is_ctx_victim(ctx, kill) for kill in inputs.kernel_log.oom_kills) or unit.oom_kills:
         evidence.append("vLLM was OOM-killed")
     if unit.max_bytes and unit.peak_bytes and unit.peak_bytes >= UNIT_PEAK_PRESSURE_FRACTION * unit.max_bytes:
         evidence.append(f"the unit's memory peak {format_size(unit.peak_bytes)} reached "
@@ -667,7 +712,8 @@ RULES: tuple[Rule, ...] = (
     unit_state,
     keepalive,
     unknown_options,
-    oom_kills,
+    vllm_oom_kills,
+    other_oom_kills,
     no_swap,
     swap_almost_full,
     memory_limit,
@@ -685,6 +731,24 @@ RULES: tuple[Rule, ...] = (
 )
 
 
+# The rules of one vLLM unit: run once on a vllm.service host, once per instance on a host
+# with vllm_instances, where the others (swap, the kernel, the driver, ...) run once for the host.
+UNIT_RULES: frozenset[Rule] = frozenset({
+    unit_state,
+    keepalive,
+    unknown_options,
+    vllm_oom_kills,
+    memory_limit,
+    memory_limit_unapplied,
+    shared_gpu_utilization,
+    gpu_held_outside_vllm,
+    long_context_chunking,
+    max_num_seqs_for_ram,
+})
+HOST_RULES: tuple[Rule, ...] = tuple(rule for rule in RULES if rule not in UNIT_RULES)
+INSTANCE_RULES: tuple[Rule, ...] = tuple(rule for rule in RULES if rule in UNIT_RULES)
+
+
 def vllm_settings(inputs: DoctorInputs, profile: HostProfile | None) -> VllmSettings | None:
     if inputs.installed_vllm_version:
         version, source = inputs.installed_vllm_version, "installed"
@@ -696,9 +760,24 @@ def vllm_settings(inputs: DoctorInputs, profile: HostProfile | None) -> VllmSett
     return effective_settings(inputs.vllm_argv, argv_source, version, source)
 
 
-def diagnose(inputs: DoctorInputs, profile: HostProfile | None = None) -> Diagnosis:
-    settings = vllm_settings(inputs, profile)
-    ctx = Context(inputs, settings, profile)
-    findings = [finding for rule in RULES for finding in rule(ctx)]
+def _findings(rules: tuple[Rule, ...], ctx: Context) -> tuple[Finding, ...]:
+    findings = [finding for rule in rules for finding in rule(ctx)]
     findings.sort(key=lambda finding: SEVERITY_ORDER[finding.severity])
-    return Diagnosis(inputs, settings, tuple(findings))
+    return tuple(findings)
+
+
+def diagnose_instance(inputs: DoctorInputs, instance: InstanceInputs, profile: HostProfile | None) -> InstanceDiagnosis:
+    view = inputs.of_instance(instance)
+    settings = vllm_settings(view, profile)
+    return InstanceDiagnosis(instance, view, settings,
+                             _findings(INSTANCE_RULES, Context(view, settings, profile, instance.name)))
+
+
+def diagnose(inputs: DoctorInputs, profile: HostProfile | None = None) -> Diagnosis:
+    """vllm.service's host: every rule once. A host with vllm_instances: the host's rules once,
+    each instance's unit rules on its own unit, process, GPUs and flags."""
+    if inputs.instances:
+        return Diagnosis(inputs, None, _findings(HOST_RULES, Context(inputs, None, profile)),
+                         tuple(diagnose_instance(inputs, instance, profile) for instance in inputs.instances))
+    settings = vllm_settings(inputs, profile)
+    return Diagnosis(inputs, settings, _findings(RULES, Context(inputs, settings, profile)))

@@ -172,8 +172,11 @@ def parse_compute_apps(text: str) -> list[tuple[str, int, int]]:
 
 def unit_cgroup_path(unit: str) -> str:
     """Where systemd puts a system service's processes: the unit's cgroup as planned, for a
-    host without systemd to ask (hostkit's units set no Slice=)."""
-    return f"/system.slice/{unit}"
+    host without systemd to ask (hostkit's units set no Slice=). An instance's unit
+    (`vllm@a.service`) goes in its prefix's own slice: systemd showed
+    ControlGroup=/system.slice/system-vllm.slice/vllm@a.service on a lab host."""
+    prefix, at, _ = unit.partition("@")
+    return f"/system.slice/system-{prefix}.slice/{unit}" if at else f"/system.slice/{unit}"
 
 
 def in_cgroup(proc_cgroup: Iterable[str], unit_cgroup: str) -> bool:
@@ -196,14 +199,20 @@ def in_cgroup(proc_cgroup: Iterable[str], unit_cgroup: str) -> bool:
 
 def system_service_of(proc_cgroup: Iterable[str]) -> str | None:
     """The system service whose cgroup holds the process, read from systemd's hierarchy line
-    as in_cgroup reads it: `vllm@a.service` for /system.slice/vllm@a.service or below it;
-    None for a process outside every service of system.slice."""
+    as in_cgroup reads it: `vllm@a.service` for /system.slice/vllm@a.service, or in a slice
+    of system.slice (an instance's: /system.slice/system-vllm.slice/vllm@a.service), or
+    below it; None for a process outside every service of system.slice."""
     for line in proc_cgroup:
         parts = line.strip().split(":", 2)
         if len(parts) == 3 and parts[1] in ("", "name=systemd"):
             names = parts[2].split("/")
-            if len(names) > 2 and names[1] == "system.slice" and names[2].endswith(".service"):
-                return names[2]
+            if len(names) < 3 or names[1] != "system.slice":
+                continue
+            for name in names[2:]:
+                if name.endswith(".service"):
+                    return name
+                if not name.endswith(".slice"):
+                    break
     return None
 
 

@@ -4,14 +4,19 @@
 # ERE of the watchdog's lines worth reporting), hk_watchdog_state (its state file) and
 # hk_metrics (the collector's metrics file); and hk_deadline (hostkit.facts.deadline), whose
 # TIMED_OUT line (hk_timed_out) the filters below pass on.
-echo "${hk_mark}engine-deaths@@"
-echo "now=$(date +%s)"
-hk_deadline "$hk_journal_s" "journalctl -u $unit" \
-    journalctl -u "$unit" --since -24h -q --no-pager -o short-iso 2>/dev/null \
-  | awk -v kept="$hk_kept" -v timed_out="$hk_timed_out" '
-  index($0, timed_out) == 1 { print; next }
-  /EngineDeadError/ { n++; last[n % kept] = $0 }
-  END { print "count=" n+0; for (i = n - kept + 1; i <= n; i++) if (i > 0) print "line " last[i % kept] }'
+# hk_engine_deaths UNIT SUFFIX: the part engine-deaths of UNIT, its name followed by SUFFIX
+# (as hk_unit_parts names its parts).
+hk_engine_deaths() {
+  echo "${hk_mark}engine-deaths$2@@"
+  echo "now=$(date +%s)"
+  hk_deadline "$hk_journal_s" "journalctl -u $1" \
+      journalctl -u "$1" --since -24h -q --no-pager -o short-iso 2>/dev/null \
+    | awk -v kept="$hk_kept" -v timed_out="$hk_timed_out" '
+    index($0, timed_out) == 1 { print; next }
+    /EngineDeadError/ { n++; last[n % kept] = $0 }
+    END { print "count=" n+0; for (i = n - kept + 1; i <= n; i++) if (i > 0) print "line " last[i % kept] }'
+}
+hk_engine_deaths "$unit" ""
 echo "${hk_mark}watchdog@@"
 hk_deadline "$hk_journal_s" "journalctl -u $hk_watchdog_unit" \
   journalctl -u "$hk_watchdog_unit" --since -24h -q --no-pager -o short-iso 2>/dev/null \

@@ -1,20 +1,27 @@
-# `hostkit doctor`'s unit part: sets cg (the unit's ControlGroup) and pid (its MainPID), which
-# the later parts read, and prints the unit's properties. hostkit.doctor.gather sets before it:
-# hk_mark, unit, hk_unit_properties, hk_nvme_settings, hk_nvme_unit, and the hk_show functions
-# (remote/systemctl_show.sh).
-cg=; pid=0
-if command -v systemctl >/dev/null 2>&1; then
-  cg=$(hk_show_value "$unit" ControlGroup)
-  pid=$(hk_show_value "$unit" MainPID)
-  echo "${hk_mark}unit@@"
-  # shellcheck disable=SC2086 # one word per property
-  hk_show "$unit" $hk_unit_properties
-fi
-# hostkit's NVMe boot unit: its settings (the plan it brings back at boot), how its last run
-# ended, and what is swapped on now.
-echo "${hk_mark}nvme-boot@@"
-if [ -r "$hk_nvme_settings" ]; then
-  while IFS= read -r hk_l; do case $hk_l in hk_*=*) printf '%s\n' "$hk_l" ;; esac; done < "$hk_nvme_settings"
-  ! command -v systemctl >/dev/null 2>&1 || hk_show "$hk_nvme_unit" ActiveState Result
-  { read -r hk_l; while read -r hk_l hk_rest; do printf 'active_swap=%s\n' "$hk_l"; done; } < /proc/swaps
-fi
+# `hostkit doctor`'s parts of one vLLM unit. hostkit.doctor.gather sets before it: hk_mark,
+# unit, hk_unit_properties, hk_cgroup_files (the memory files to read, v2 and v1 names), and
+# the hk_show functions (remote/systemctl_show.sh).
+# hk_unit_parts UNIT SUFFIX: sets cg (UNIT's ControlGroup) and pid (its MainPID), which the
+# later parts read, and prints the parts unit (its properties), cgroup (its memory cgroup
+# files as `file=value`) and argv (its main process's command line, one word a line), each
+# name followed by SUFFIX: empty for the host's vLLM unit, ` UNIT` for one of vllm_instances.
+hk_unit_parts() {
+  unit=$1 hk_of=$2
+  cg=; pid=0
+  if command -v systemctl >/dev/null 2>&1; then
+    cg=$(hk_show_value "$unit" ControlGroup)
+    pid=$(hk_show_value "$unit" MainPID)
+    echo "${hk_mark}unit${hk_of}@@"
+    # shellcheck disable=SC2086 # one word per property
+    hk_show "$unit" $hk_unit_properties
+  fi
+  echo "${hk_mark}cgroup${hk_of}@@"
+  if [ -n "$cg" ]; then for d in "/sys/fs/cgroup$cg" "/sys/fs/cgroup/memory$cg"; do
+    for f in $hk_cgroup_files; do v=$(cat "$d/$f" 2>/dev/null) && echo "$f=$v"; done
+    sed 's/^\([a-z_]*\) /memory.events.\1=/' "$d/memory.events" 2>/dev/null
+  done; fi
+  echo "${hk_mark}argv${hk_of}@@"
+  [ "${pid:-0}" != 0 ] && { tr '\0' '\n' < "/proc/$pid/cmdline"; } 2>/dev/null
+  true
+}
+hk_unit_parts "$unit" ""

@@ -63,25 +63,29 @@ def hostkit(*args: str, env: dict | None = None, timeout: float = 600) -> subpro
 
 
 @contextmanager
-def forwarded(lab_host, remote_port: int = 8000):
-    """An ssh port-forward from loopback here to the host's vLLM port."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        local_port = probe.getsockname()[1]
+def forwarded(lab_host, remote_port: int = 8000, address: str = "127.0.0.1", same_port: bool = False):
+    """An ssh port-forward from `address` here to the host's vLLM port: on a free port, or
+    (`same_port`) on the host's port number, as a URL that names an instance's port needs (a
+    loopback address of its own, 127.0.0.N, keeps it from this machine's own listeners)."""
+    local_port = remote_port
+    if not same_port:
+        with socket.socket() as probe:
+            probe.bind((address, 0))
+            local_port = probe.getsockname()[1]
     argv = lab_host.ssh_argv()
-    argv[-1:-1] = ["-N", "-o", "ExitOnForwardFailure=yes", "-L", f"127.0.0.1:{local_port}:127.0.0.1:{remote_port}"]
+    argv[-1:-1] = ["-N", "-o", "ExitOnForwardFailure=yes", "-L", f"{address}:{local_port}:127.0.0.1:{remote_port}"]
     tunnel = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 30
         while True:
             try:
-                socket.create_connection(("127.0.0.1", local_port), timeout=2).close()
+                socket.create_connection((address, local_port), timeout=2).close()
                 break
             except OSError:
                 if time.monotonic() > deadline or tunnel.poll() is not None:
                     raise RuntimeError("ssh port-forward did not come up") from None
                 time.sleep(0.3)
-        yield f"http://127.0.0.1:{local_port}"
+        yield f"http://{address}:{local_port}"
     finally:
         tunnel.terminate()
         tunnel.wait(timeout=10)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from hostkit.facts.snapshot import HostSnapshotFact
-from hostkit.monitoring.collector import system_service_of
+from hostkit.monitoring.collector import system_service_of, unit_cgroup_path
 from hostkit.plan.planner import PlanError, plan_host
 from hostkit.plan.planning_facts import PlanningFacts
 from hostkit.plan.snapshot_facts import planning_facts
@@ -84,6 +84,10 @@ def test_vllm_service_counts_the_instances_memory_as_others():
     (["0::/system.slice/vllm@a.service"], "vllm@a.service"),
     (["12:memory:/system.slice/vllm@a.service", "1:name=systemd:/system.slice/vllm@a.service"], "vllm@a.service"),
     (["0::/system.slice/vllm.service/worker"], "vllm.service"),
+    # Where systemd puts an instance (ControlGroup on a lab host, fixtures/doctor/lab-instances.txt).
+    (["0::/system.slice/system-vllm.slice/vllm@a.service"], "vllm@a.service"),
+    (["1:name=systemd:/system.slice/system-vllm.slice/vllm@b.service/x"], "vllm@b.service"),
+    (["0::/system.slice/system-vllm.slice"], None),
     (["5:memory:/system.slice/vllm@a.service"], None),  # a v1 controller's path alone does not say
     (["0::/system.slice/vllm.slice"], None),
     (["0::/user.slice/user-0.slice/session-1.scope"], None),
@@ -91,3 +95,8 @@ def test_vllm_service_counts_the_instances_memory_as_others():
 ])
 def test_the_service_of_a_process_is_read_from_systemds_hierarchy(lines, service):
     assert system_service_of(lines) == service
+
+
+def test_an_instances_cgroup_as_planned_is_in_its_prefixs_slice():
+    assert unit_cgroup_path("vllm@a.service") == "/system.slice/system-vllm.slice/vllm@a.service"
+    assert unit_cgroup_path("vllm.service") == "/system.slice/vllm.service"
