@@ -73,20 +73,11 @@ def current_plan() -> HostPlan:
 
 
 def instances_refusal(plan: HostPlan) -> str | None:
-    """Why the deploy cannot run the plan's instances yet, or None.
-
-    The snapshot reads one vLLM release, the host's vllm_command, and vllm_install's rollback
-    restores vllm.service alone: instances run that one release, which hostkit does not install.
-    """
-    servers = [server for server in plan.instances.values() if server.enabled]
-    if not servers:
-        return None
-    if any(server.runtime is not None and server.runtime.install for server in servers):
+    """Why the deploy cannot run the plan's instances yet, or None: vllm_install's rollback
+    restores vllm.service alone, so instances run releases that hostkit does not install."""
+    if any(server.enabled and server.runtime is not None and server.runtime.install
+           for server in plan.instances.values()):
         return "vllm_install with vllm_instances: not deployed by this version (its rollback restores vllm.service alone)"
-    releases = sorted({f"{server.argv[0]} ({server.version})" for server in servers})
-    if len(releases) > 1 or servers[0].argv[0] != plan.scope.vllm_command:
-        return (f"vllm_instances run one vLLM release per host in this version, the host's vllm_command "
-                f"{plan.scope.vllm_command}; they name {', '.join(releases)}")
     return None
 
 
@@ -177,8 +168,9 @@ def vllm_instances(plan: HostPlan) -> None:
     be the new units'."""
     vllm_service.vllm_units_removed(name="Remove the vLLM units not planned", planned=list(plan.instances),
                                     scope=plan.scope)
-    # One release for all (instances_refusal): its check once.
-    vllm_install.vllm_runtime(name="vLLM runtime", plan=next(iter(plan.instances.values())), scope=plan.scope)
+    # Every instance's release checked against its own vllm_version before any unit restarts.
+    for name, server in plan.instances.items():
+        vllm_install.vllm_runtime(name=f"vLLM runtime of {vllm_instance_unit(name)}", plan=server, scope=plan.scope)
     for name, server in plan.instances.items():
         unit = vllm_instance_unit(name)
         vllm_service.vllm_service(name=f"vLLM unit {unit}", plan=server, scope=plan.scope)

@@ -156,6 +156,8 @@ def instance_lines(vllm: VllmPlan) -> list[str]:
     lines.append(f"          {_limits(vllm)}")
     lines.extend(f"          shares {shared}" for shared in vllm.shared_gpus)
     lines.append(f"          command {shlex.join(vllm.argv)}")
+    if vllm.runtime is not None:
+        lines.append(f"          release {vllm.runtime.target}, installed: {installed_release(vllm.runtime)}")
     return lines
 
 
@@ -185,10 +187,14 @@ def _with_unit_notes(plan: HostPlan) -> HostPlan:
     return plan.model_copy(update={"notes": [*plan.notes, *unit_notes(plan.vllm)]})
 
 
+def installed_release(runtime: VllmRuntimePlan) -> str:
+    return runtime.installed or "unknown (no vLLM distribution found)"
+
+
 def runtime_lines(runtime: VllmRuntimePlan | None) -> list[str]:
     if runtime is None:
         return []
-    installed = runtime.installed or "unknown (no vLLM distribution found)"
+    installed = installed_release(runtime)
     if runtime.install:
         lines = [f"release   {runtime.target} into {runtime.venv}, from {runtime.source}",
                  f"          installed now: {installed}"]

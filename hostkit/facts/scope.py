@@ -26,3 +26,6 @@ class SnapshotScope:
     # The local model directories (vllm_model "/...") of the servers the plan sizes: vllm.service's,
     # or each instance's; the snapshot reads their config.json.
     model_dirs: tuple[str, ...] = ()
+    # The vllm_command of each of vllm_instances that is not the host's: the snapshot reads the
+    # release behind each beside the host's.
+    instance_commands: tuple[str, ...] = ()

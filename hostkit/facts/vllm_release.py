@@ -3,21 +3,23 @@ vLLM holds, and the CUDA build of its torch; with vllm_install, also hostkit's r
 under vllm_install_root, where `current` points, and the free space there.
 
 The environment is `<root>/current` with vllm_install, else the interpreter of vllm_command
-(its #! line, or vllm_command itself when it is a python). The reading is
-hostkit/remote/vllm_release.py, run by that interpreter under a deadline;
-hostkit/remote/vllm_release.sh finds the interpreter and lists the venvs.
+(its #! line, or vllm_command itself when it is a python). Each of vllm_instances may run a
+vllm_command of its own (the scope's instance_commands): the release behind each is read the
+same way, one read per command. The reading is hostkit/remote/vllm_release.py, run by that
+interpreter under a deadline of its own; hostkit/remote/vllm_release.sh finds the
+interpreter and lists the venvs.
 """
 
 from __future__ import annotations
 
 import json
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 from pyinfra.api import FactBase
 
 from hostkit.remote import host_file
-from hostkit.facts.deadline import DEADLINE_FUNCTION, timed_out_lines
+from hostkit.facts.deadline import DEADLINE_FUNCTION, TIMED_OUT, timed_out_lines
 from hostkit.facts.scope import SnapshotScope
 
 # Reading metadata is quick, but the interpreter starts cold: a slow host takes seconds.
@@ -45,13 +47,23 @@ class InstalledRelease:
 
 @dataclass(frozen=True)
 class VllmReleaseState:
-    release: InstalledRelease
+    release: InstalledRelease  # behind the host's vllm_command (with vllm_install, <root>/current's)
     root: str | None = None  # set with vllm_install
     current: str | None = None  # where <root>/current points
     venvs: dict[str, str] | None = None  # hostkit's complete release venvs: {path: "package==version"}
     partial: tuple[str, ...] = ()  # venvs without hostkit's marker: interrupted installs
     free_bytes: int | None = None
     timeouts: tuple[str, ...] = ()
+    # Each command read, the host's vllm_command and the instances' own, by command. Empty in
+    # output recorded before readings were named, which holds the host's alone.
+    releases: dict[str, InstalledRelease] = field(default_factory=dict)
+
+    def of_command(self, command: str) -> VllmReleaseState:
+        """This state as a server running `command` reads it: `release` is `command`'s; one not
+        read has no version and says so."""
+        if not self.releases:
+            return self
+        return replace(self, release=self.releases.get(command, InstalledRelease(problem=f"{command} was not read")))
 
 
 def release_packages(scope: SnapshotScope) -> list[str]:
@@ -72,6 +84,7 @@ class VllmReleaseFact(FactBase):
             "hk_install": "1" if scope.vllm_install else "0",
             "hk_root": scope.vllm_install_root,
             "hk_command": scope.vllm_command,
+            "hk_commands": "\n".join(scope.instance_commands),
             "hk_packages": " ".join(release_packages(scope)),
             "hk_probe": host_file("vllm_release.py"),
             "hk_deadline_s": str(READ_S),
@@ -83,19 +96,34 @@ class VllmReleaseFact(FactBase):
         values: dict[str, str] = {}
         venvs: dict[str, str] = {}
         partial: list[str] = []
+        # Each reading's lines by its command, the host's first; None: output recorded before
+        # readings were named by command.
+        readings: dict[str | None, dict[str, str]] = {}
+        command = None
         for line in output:
             key, _, value = line.partition("=")
+            value = value.strip()
             if key == "venv":
-                path, _, release = value.strip().partition(" ")
+                path, _, release = value.partition(" ")
                 venvs[path] = release.strip()
             elif key == "partial":
-                partial.append(value.strip())
+                partial.append(value)
+            elif key == "command":
+                command = value
+                readings[command] = {}
+            elif key in ("interpreter", "release"):
+                readings.setdefault(command, {})[key] = value
+            elif line.startswith(TIMED_OUT):
+                readings.setdefault(command, {})["timed_out"] = line[len(TIMED_OUT):].strip()
             else:
-                values[key] = value.strip()
-        release = _release(values.get("release"), values.get("interpreter") or None)
+                values[key] = value
+        releases = {command: _release(read.get("release"), read.get("interpreter") or None, read.get("timed_out"))
+                    for command, read in readings.items()}
+        release = next(iter(releases.values()), InstalledRelease())
         free_kib = values.get("free_kib", "")
         return VllmReleaseState(
             release=release,
+            releases={command: found for command, found in releases.items() if command is not None},
             root=values.get("root") or None,
             current=values.get("current") or None,
             venvs=venvs if "root" in values else None,
@@ -105,9 +133,9 @@ class VllmReleaseFact(FactBase):
         )
 
 
-def _release(text: str | None, interpreter: str | None) -> InstalledRelease:
+def _release(text: str | None, interpreter: str | None, timed_out: str | None = None) -> InstalledRelease:
     if not text:
-        return InstalledRelease(interpreter=interpreter)
+        return InstalledRelease(interpreter=interpreter, problem=timed_out)
     try:
         data = json.loads(text)
     except ValueError:

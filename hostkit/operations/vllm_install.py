@@ -239,7 +239,8 @@ def vllm_runtime(plan: VllmPlan, scope: SnapshotScope):
     Check the installed vLLM release against vllm_version and the driver; with
     vllm_install, install the release and put it in service.
 
-    + plan: the host's VllmPlan, with its runtime part (nothing happens when plan.enabled is false)
+    + plan: vllm.service's VllmPlan or an instance's, with its runtime part (nothing happens when
+      plan.enabled is false)
     + scope: the host plan's snapshot scope
     """
     if not plan.enabled:
@@ -247,7 +248,9 @@ def vllm_runtime(plan: VllmPlan, scope: SnapshotScope):
     runtime = _runtime(plan)
     taken = snapshot(host, scope)
     driver = driver_version(taken.gpu)
-    step = runtime_step(plan.version, runtime.install_target, taken.vllm_release, driver, taken.platform)
+    # The release behind this server's own command: vllm.service's, or an instance's.
+    release = taken.vllm_release.of_command(plan.argv[0])
+    step = runtime_step(plan.version, runtime.install_target, release, driver, taken.platform)
     if not step:
         return
     if step.refusals:

@@ -1,21 +1,47 @@
 """Several vLLM servers on one host (vllm_instances): the GPUs each one runs on, the GPUs
-they share, and each one's part of the host's RAM. Pure; the planner plans each instance
-as its own server with these."""
+they share, each one's part of the host's RAM, and the release behind each one's
+vllm_command. Pure; the planner plans each instance as its own server with these."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from hostkit.plan.host_ram import RamNeed, auto_limit, os_reserve
-from hostkit.plan.planning_facts import GpuMemoryFact
+from hostkit.plan.planning_facts import GpuMemoryFact, InstalledVllmFact, PlanningFacts
 from hostkit.plan.plans import SwapPlan
 from hostkit.profile.host_profile import HostProfile
 from hostkit.profile.instances import key_path
 from hostkit.sizes import format_size
 
+
 def about(instance: str, text: str) -> str:
     """A warning or note of one instance, in the host's list."""
     return f"instance {instance}: {text}"
+
+
+@dataclass(frozen=True)
+class ReleaseReading:
+    """The release behind an instance's vllm_command, and why the instance cannot be planned
+    on it (None: it can); `host_state`: the host stands in the way (the read timed out)."""
+
+    release: InstalledVllmFact | None
+    refusal: str | None = None
+    host_state: bool = False
+
+
+def release_reading(command: str, host_command: str, facts: PlanningFacts) -> ReleaseReading:
+    """The host's vllm_command's release is vllm_installed; another command's was read beside it
+    (vllm_releases). A release not read leaves the flags unchecked against what runs: refused.
+    One read with no vLLM distribution found (a user's own build) is checked no further, as
+    vllm.service's is not."""
+    found = facts.vllm_installed if command == host_command else facts.vllm_releases.get(command)
+    if found is None and command != host_command:
+        return ReleaseReading(None, f"the vLLM release behind {command} was not read (facts gathered without it): "
+                                    "the flags rendered for it cannot be checked against it")
+    if found is not None and found.version is None and found.problem:
+        return ReleaseReading(found, f"the vLLM release behind {command} could not be read ({found.problem}): "
+                                     "the flags rendered for it cannot be checked against it", host_state=True)
+    return ReleaseReading(found)
 
 
 def _named(wanted: int | str, gpu: GpuMemoryFact) -> bool:

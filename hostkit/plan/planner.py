@@ -26,8 +26,8 @@ Rules, so that `hostkit plan` output can be checked by hand:
   vllm_expected_tokens_per_request (default: max_model_len) fit, at most 256. Chunked
   prefill "auto" turns on above 8192 tokens of context, with max_num_batched_tokens
   "auto" = 8192 (the field-tested value).
-- vllm_instances: each instance planned by these rules on its own GPUs and its own model's
-  config.json; with "auto", its MemoryMax is its part of what the OS leaves, in proportion
+- vllm_instances: each instance planned by these rules on its own GPUs, its own model's
+  config.json and the release behind its own vllm_command (refused where that was not read); with "auto", its MemoryMax is its part of what the OS leaves, in proportion
   to its RAM need, and its MemorySwapMax that part of half the swap file
   (hostkit.plan.instances). An instance whose GPUs all sit on one NUMA node of several runs
   on that node's CPUs and prefers its memory (hostkit.plan.numa).
@@ -400,7 +400,12 @@ def _plan_instances(
     for name, instance in p.vllm_instances.items():
         own = _Findings(found.host)
         own.notes.extend(_gpu_memory_note(gpu) for gpu in placed[name] if gpu.memory_used_mib)
-        plan = _plan_vllm(instance, facts, nvme, swap, own, placed[name] or None, shares.get(name))
+        reading = instances.release_reading(instance.vllm_command, p.vllm_command, facts)
+        if reading.refusal:
+            own.refuse("vllm_command", reading.refusal, host_state=reading.host_state)
+        # The instance's own release, as its runtime part and the deploy's check read it.
+        seen = facts.model_copy(update={"vllm_installed": reading.release})
+        plan = _plan_vllm(instance, seen, nvme, swap, own, placed[name] or None, shares.get(name))
         near, why = numa.placement(placed[name], facts.numa_cpus, facts.platform.container if facts.platform else None)
         own.notes.append(why)
         found.take(name, own)

@@ -99,6 +99,7 @@ class InstalledVllmFact(_Facts):
     torch: str | None = None
     cuda: str | None = None  # torch.version.cuda; None: a CPU build or no torch
     where: str | None = None  # the interpreter it was read with
+    problem: str | None = None  # why it was not read, with no version (the read timed out)
 
 
 class PlanningFacts(_Facts):
@@ -124,5 +125,7 @@ class PlanningFacts(_Facts):
     numa_cpus: dict[int, str] = Field(default_factory=dict)
     # SELinux, tuned, the probes' python, driver upgrades (hostkit.plan.platform_findings reads it).
     platform: PlatformInfo | None = None
-    vllm_installed: InstalledVllmFact | None = None
+    vllm_installed: InstalledVllmFact | None = None  # behind the host's vllm_command
+    # Behind each vllm_command of vllm_instances that is not the host's, by command.
+    vllm_releases: dict[str, InstalledVllmFact] = Field(default_factory=dict)
     driver_version: str | None = None  # the NVIDIA driver CUDA talks to (NVML's, else the kernel module's)

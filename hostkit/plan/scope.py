@@ -28,7 +28,17 @@ def snapshot_scope(profile: Any = None) -> SnapshotScope:
         vllm_port=key("vllm_port"),
         textfile_dir=key("monitoring_textfile_dir"),
         model_dirs=local_model_dirs(profile),
+        instance_commands=instance_commands(profile),
     )
+
+
+def instance_commands(profile: Any) -> tuple[str, ...]:
+    """The vllm_commands of vllm_instances other than the host's, each once, in inventory
+    order. A partial profile (not a HostProfile) has none."""
+    if not isinstance(profile, HostProfile):
+        return ()
+    commands = (instance.vllm_command for instance in profile.vllm_instances.values())
+    return tuple(dict.fromkeys(command for command in commands if command != profile.vllm_command))
 
 
 def local_model_dirs(profile: Any) -> tuple[str, ...]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from hostkit.facts.gpu import GpuDevice, GpuFacts
 from hostkit.facts.snapshot import HostSnapshot
+from hostkit.facts.vllm_release import InstalledRelease
 from hostkit.monitoring.collector import unit_cgroup_path
 from hostkit.plan.planning_facts import (
     FilesystemFact,
@@ -51,11 +52,20 @@ def driver_version(gpu: GpuFacts) -> str | None:
 
 def installed_vllm(snap: HostSnapshot) -> InstalledVllmFact | None:
     section = getattr(snap, "vllm_release", None)  # snapshots recorded before the section had none
-    if section is None:
-        return None
-    release = section.release
+    return None if section is None else release_fact(section.release)
+
+
+def instance_releases(snap: HostSnapshot) -> dict[str, InstalledVllmFact]:
+    """The release behind each instance's own vllm_command: every reading but the first, the host's."""
+    section = getattr(snap, "vllm_release", None)
+    readings = list(section.releases.items())[1:] if section is not None else []
+    return {command: release_fact(release) for command, release in readings}
+
+
+def release_fact(release: InstalledRelease) -> InstalledVllmFact:
     return InstalledVllmFact(package=release.package, version=release.version, torch=release.torch,
-                             cuda=release.cuda, where=release.interpreter)
+                             cuda=release.cuda, where=release.interpreter,
+                             problem=release.problem if release.version is None else None)
 
 
 def planning_facts(snap: HostSnapshot) -> PlanningFacts:
@@ -107,5 +117,6 @@ def planning_facts(snap: HostSnapshot) -> PlanningFacts:
         platform=None if platform is None else platform.model_copy(
             update={"lsblk_without_path": storage.lsblk_without_path}),
         vllm_installed=installed_vllm(snap),
+        vllm_releases=instance_releases(snap),
         driver_version=driver_version(gpu),
     )

@@ -1,8 +1,30 @@
 # hostkit's vLLM release probe (hostkit.facts.vllm_release parses it). Set before it:
 # hk_install (1: hostkit's venvs under hk_root), hk_root, hk_command (vllm_command),
-# hk_packages (distribution names), hk_probe (vllm_release.py), hk_deadline_s, and the
-# hk_deadline function (hostkit.facts.deadline). POSIX sh; nothing here may fail the whole.
-hk_py=
+# hk_commands (the other vllm_commands the instances name, one a line), hk_packages
+# (distribution names), hk_probe (vllm_release.py), hk_deadline_s, and the hk_deadline
+# function (hostkit.facts.deadline). POSIX sh; nothing here may fail the whole.
+
+# The interpreter the command $1 names: its #! line, or itself when it is a python.
+hk_interpreter_of() {
+  [ -r "$1" ] || return 0
+  case ${1##*/} in
+    python*) echo "$1" ;;
+    *) IFS= read -r hk_line < "$1"
+       # "#!/usr/bin/env python3" stays two words: it is used unquoted.
+       case $hk_line in '#!'*python*) echo "${hk_line#??}" ;; esac ;;
+  esac
+}
+
+# The release behind the command $1, read by the interpreter $2 (none: nothing to read)
+# under its own deadline.
+hk_release_of() {
+  echo "command=$1"
+  echo "interpreter=$2"
+  # shellcheck disable=SC2086
+  [ -z "$2" ] || hk_deadline "$hk_deadline_s" "reading the installed vLLM release of $1" $2 -c "$hk_probe" $hk_packages
+}
+
+hk_current=
 if [ "$hk_install" = 1 ]; then
   echo "root=$hk_root"
   [ -L "$hk_root/current" ] && echo "current=$(readlink "$hk_root/current")"
@@ -17,16 +39,13 @@ if [ "$hk_install" = 1 ]; then
   hk_d=$hk_root
   while [ ! -d "$hk_d" ]; do hk_d=${hk_d%/*}; [ -n "$hk_d" ] || hk_d=/; done
   echo "free_kib=$(df -Pk "$hk_d" 2>/dev/null | awk 'NR == 2 { print $4 }')"
-  [ -x "$hk_root/current/bin/python" ] && hk_py="$hk_root/current/bin/python"
-elif [ -r "$hk_command" ]; then
-  case ${hk_command##*/} in
-    python*) hk_py=$hk_command ;;
-    *) IFS= read -r hk_line < "$hk_command"
-       # "#!/usr/bin/env python3" stays two words: hk_py is used unquoted.
-       case $hk_line in '#!'*python*) hk_py=${hk_line#??} ;; esac ;;
-  esac
+  # With vllm_install the host's release is current's, whatever vllm_command says.
+  [ -x "$hk_root/current/bin/python" ] && hk_current="$hk_root/current/bin/python"
+  hk_release_of "$hk_command" "$hk_current"
+else
+  hk_release_of "$hk_command" "$(hk_interpreter_of "$hk_command")"
 fi
-echo "interpreter=$hk_py"
-# shellcheck disable=SC2086
-[ -z "$hk_py" ] || hk_deadline "$hk_deadline_s" 'reading the installed vLLM release' $hk_py -c "$hk_probe" $hk_packages
+printf '%s\n' "$hk_commands" | while IFS= read -r hk_other; do
+  [ -z "$hk_other" ] || hk_release_of "$hk_other" "$(hk_interpreter_of "$hk_other")"
+done
 true

@@ -462,10 +462,12 @@ def watchdog_checks(settings: WatchdogSettings | None, plan: VllmPlan, probes: P
     ]
 
 
-def instance_checks(plan: VllmPlan, service: Any, probes: Probes, host: str) -> list[CheckResult]:
-    """One of vllm_instances: vllm_checks of its unit, env file, port and key, and the GPUs its
-    unit gives it; each check's name starts with its unit (vllm@NAME.service)."""
-    results = [*deadline_checks(service), *vllm_checks(plan, service, probes, host)]
+def instance_checks(plan: VllmPlan, service: Any, probes: Probes, host: str,
+                    release: Sequence[CheckResult] = ()) -> list[CheckResult]:
+    """One of vllm_instances: vllm_checks of its unit, env file, port and key, its `release`
+    checks, and the GPUs its unit gives it; each check's name starts with its unit
+    (vllm@NAME.service)."""
+    results = [*deadline_checks(service), *vllm_checks(plan, service, probes, host), *release]
     if plan.enabled and plan.gpu_indices and probes.unit.get("LoadState") == "loaded":
         results.append(_gpu_assignment_check(plan, probes.unit, host))
     results += watchdog_checks(plan.watchdog, plan, probes, host)
@@ -574,6 +576,13 @@ def release_checks(profile: Any, plan: VllmPlan, state: Any, gpu: Any, host: str
     return results
 
 
+def release_of(snapshot: Any, server: VllmPlan) -> Any:
+    """The snapshot's vllm_release section as `server` reads it: the release behind its own
+    command (vllm.service's, or an instance's); None in snapshots without the section."""
+    section = getattr(snapshot, "vllm_release", None)
+    return section.of_command(server.argv[0]) if section is not None and server.argv else section
+
+
 # -- one host ------------------------------------------------------------------------------
 
 
@@ -589,8 +598,8 @@ def check_host(profile: Any, plan: HostPlan, snapshot: Any, probes: Probes,
                instances: Mapping[str, InstanceReadings] | None = None) -> list[CheckResult]:
     """Every check of one host, in the order of AREAS. A host with vllm_instances: the host's
     checks once, each instance's by its `instances` readings (probes: the first instance's,
-    which hold the kernel log), each with its own watchdog; the release is not checked for
-    instances, which run the host's vllm_command (hostkit.deploy.instances_refusal)."""
+    which hold the kernel log), each with its own watchdog and the release behind its own
+    vllm_command."""
     instances = instances or {}
     host = plan.host
     if plan.container is not None:
@@ -604,7 +613,9 @@ def check_host(profile: Any, plan: HostPlan, snapshot: Any, probes: Probes,
             *host_settings,
             *gpu_checks(plan.gpu, snapshot.gpu),
             *(check for name, server in plan.instances.items()
-              for check in instance_checks(server, instances[name].service, instances[name].probes, host)),
+              for check in instance_checks(server, instances[name].service, instances[name].probes, host,
+                                           release_checks(profile.vllm_instances[name], server,
+                                                          release_of(snapshot, server), snapshot.gpu, host))),
             *oom_checks(probes.ooms, plan.container),
             *monitoring_checks(plan.monitoring, monitored_servers(plan), snapshot.monitoring, host),
         ]

