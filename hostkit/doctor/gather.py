@@ -345,12 +345,20 @@ def dist_info_versions(lines: Iterable[str]) -> dict[str, str]:
     return found
 
 
-def pick_vllm_version(found: dict[str, str], argv: tuple[str, ...]) -> tuple[str | None, str | None]:
-    """(version, note): the environment that runs vLLM wins; else the only version found."""
+def running_vllm_version(found: dict[str, str], argv: Sequence[str]) -> str | None:
+    """The version of the environment (of `found`'s, {root: version}) that `argv` runs from."""
     for word in argv[:2]:
         for root, version in found.items():
             if word.startswith(root + "/"):
-                return version, None
+                return version
+    return None
+
+
+def pick_vllm_version(found: dict[str, str], argv: tuple[str, ...]) -> tuple[str | None, str | None]:
+    """(version, note): the environment that runs vLLM wins; else the only version found."""
+    running = running_vllm_version(found, argv)
+    if running is not None:
+        return running, None
     versions = sorted(set(found.values()))
     if len(versions) == 1:
         return versions[0], None
@@ -451,12 +459,17 @@ def parse_instance(name: str, gpus: Sequence[int], parts: dict[str, list[str]]) 
     memory = parse_unit(unit, parts.get(f"unit {unit}"), parts.get(f"cgroup {unit}", []))
     argv = [word for word in parts.get(f"argv {unit}", []) if word != ""]
     own_gpus, _ = parse_gpus(parts.get("gpus"), memory.control_group or unit_cgroup_path(unit), gpus)
+    vllm = parse_processes(parts.get("ps", []), memory.main_pid, argv, search=False)
+    # Its own environment's release alone: beside instances of other releases, the only one
+    # found on the host need not be this one's (a stand-in has none).
+    running = vllm.argv if vllm is not None else memory.exec_start
     return InstanceInputs(
         name=name,
         unit=memory,
-        vllm=parse_processes(parts.get("ps", []), memory.main_pid, argv, search=False),
+        vllm=vllm,
         gpus=own_gpus,
         keepalive=parse_keepalive(parts.get(f"engine-deaths {unit}", []), []),
+        installed_vllm_version=running_vllm_version(dist_info_versions(parts.get("dist", [])), running),
     )
 
 

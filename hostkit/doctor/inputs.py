@@ -134,13 +134,15 @@ class NvmeBoot:
 class InstanceInputs:
     """One of vllm_instances as read on its host: its unit and memory cgroup, its server's
     process tree (None: its unit has no main process), its GPUs as planned with their memory
-    split by its cgroup, and its journal's engine deaths."""
+    split by its cgroup, its journal's engine deaths, and the vLLM release of the environment
+    its command runs from (each instance may run its own; None: none found there)."""
 
     name: str
     unit: UnitMemory
     vllm: VllmProcessTree | None
     gpus: tuple[GpuMemory, ...] = ()
     keepalive: KeepAlive = field(default_factory=KeepAlive)
+    installed_vllm_version: str | None = None
 
 
 @dataclass(frozen=True)
@@ -171,9 +173,10 @@ class DoctorInputs:
 
     def of_instance(self, instance: InstanceInputs) -> DoctorInputs:
         """This host as one instance's rules read it: the host's memory, kernel and log, the
-        instance's unit, process tree, GPUs and journal."""
+        instance's unit, process tree, GPUs, journal and release."""
         return replace(self, unit=instance.unit, vllm=instance.vllm, gpus=instance.gpus,
-                       keepalive=instance.keepalive, instances=())
+                       keepalive=instance.keepalive, installed_vllm_version=instance.installed_vllm_version,
+                       instances=())
 
     @property
     def vllm_argv(self) -> tuple[str, ...]:

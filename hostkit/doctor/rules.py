@@ -768,7 +768,9 @@ def _findings(rules: tuple[Rule, ...], ctx: Context) -> tuple[Finding, ...]:
 
 def diagnose_instance(inputs: DoctorInputs, instance: InstanceInputs, profile: HostProfile | None) -> InstanceDiagnosis:
     view = inputs.of_instance(instance)
-    settings = vllm_settings(view, profile)
+    # Its release is its own: what its environment holds, else its own vllm_version.
+    own = profile.vllm_instances.get(instance.name) if profile is not None else None
+    settings = vllm_settings(view, own or profile)
     return InstanceDiagnosis(instance, view, settings,
                              _findings(INSTANCE_RULES, Context(view, settings, profile, instance.name)))
 

@@ -18,6 +18,7 @@ from hostkit.plan.scope import snapshot_scope
 from hostkit.plan.snapshot_facts import driver_version, installed_vllm, instance_releases
 from hostkit.facts.snapshot import HostSnapshot
 from hostkit.profile.validation import profile_from_data
+from hostkit.verify.checks import InstanceReadings, check_host
 from tests.unit.op_host import OpHost, refusal_text
 from tests.unit.test_instances_plan import QWEN05, gpu_section, host_facts
 
@@ -134,3 +135,27 @@ def test_the_deploys_runtime_check_reads_each_instances_own_release():
     assert "vLLM runtime: vLLM 0.17.1 is installed (/opt/vllm-0.20/bin/python3) but vllm_version is 0.20.0" \
         in refusal_text(command, fake)
     assert runtime_commands(plan.instances["new"], moved)[0] == []
+
+
+def test_verify_checks_each_instances_release_against_its_own_vllm_version():
+    from tests.unit.test_verify_checks import observed
+    from tests.unit.test_verify_instances import serving
+    from tests.unit.test_vllm_instances_deploy import converged
+
+    plan = plan_host(profile(), facts(), host_name="gpu-8")
+    readings = {name: InstanceReadings(converged(p), serving(p)) for name, p in plan.instances.items()}
+    lab = observed("converged")[2]  # a lab host's snapshot: its host-level sections
+
+    def release_checks_of(section):
+        snap = HostSnapshot({**lab.sections, "gpu": gpu_section(8), "vllm_release": VllmReleaseFact().process(section)})
+        results = check_host(profile(), plan, snap, readings["new"].probes, readings)
+        return {r.name: r for r in results if " release" in r.name or "CUDA build" in r.name}
+
+    checks = release_checks_of(SECTION)
+    assert {name: r.ok for name, r in checks.items()} == {
+        "vllm@new.service release": True, "vllm@new.service driver for the CUDA build": True,
+        "vllm@old.service release": True, "vllm@old.service driver for the CUDA build": True}
+    assert checks["vllm@old.service release"].actual == "vllm 0.20.0 (torch 2.8.0, CUDA 12.8)"
+    assert checks["vllm@old.service release"].expected == "vLLM 0.20.0 in /opt/vllm-0.20/bin/python3"
+    moved = release_checks_of([*SECTION[:5], SECTION[5].replace('"0.20.0"', '"0.17.1"')])
+    assert [name for name, r in moved.items() if not r.ok] == ["vllm@old.service release"]
