@@ -89,8 +89,9 @@ def deployed(real_host, module_run_deploy):
     return run
 
 
-def unauthorized_status(lab_host, path: str, port: int = 8000) -> int:
-    return int(sh(lab_host, f"curl -sS -m 60 -o /dev/null -w '%{{http_code}}' http://127.0.0.1:{port}{path}"))
+def unauthorized_status(lab_host, path: str, port: int = 8000, post: bool = False) -> int:
+    body = "-H 'Content-Type: application/json' -d '{}' " if post else ""
+    return int(sh(lab_host, f"curl -sS -m 60 -o /dev/null -w '%{{http_code}}' {body}http://127.0.0.1:{port}{path}"))
 
 
 def completion(lab_host) -> dict:
@@ -387,7 +388,7 @@ def _side_by_side(real_host, run_deploy, tmp_path: Path, began: float) -> None:
     assert instance_completion(real_host, "standin")["model"] == STANDIN_SERVED
     for port in (8000, 8001):
         assert unauthorized_status(real_host, "/v1/models", port) == 401
-        assert unauthorized_status(real_host, "/v1/completions", port) == 401
+        assert unauthorized_status(real_host, "/v1/completions", port, post=True) == 401
 
     # The real instance's worker killed: systemd starts vllm@real again; the stand-in is not touched.
     standin = show(real_host, vllm_instance_unit("standin"))
