@@ -27,7 +27,8 @@ Rules, so that `hostkit plan` output can be checked by hand:
   prefill "auto" turns on above 8192 tokens of context, with max_num_batched_tokens
   "auto" = 8192 (the field-tested value).
 - vllm_instances: each instance planned by these rules on its own GPUs, its own model's
-  config.json and the release behind its own vllm_command (refused where that was not read); with "auto", its MemoryMax is its part of what the OS leaves, in proportion
+  config.json and the release behind its own vllm_command (refused where that was not read);
+  with "auto", its MemoryMax is its part of what the OS leaves, in proportion
   to its RAM need, and its MemorySwapMax that part of half the swap file
   (hostkit.plan.instances). An instance whose GPUs all sit on one NUMA node of several runs
   on that node's CPUs and prefers its memory (hostkit.plan.numa).
