@@ -134,7 +134,8 @@ class NvmeBoot:
 class InstanceInputs:
     """One of vllm_instances as read on its host: its unit and memory cgroup, its server's
     process tree (None: its unit has no main process), its GPUs as planned with their memory
-    split by its cgroup, and its journal's engine deaths."""
+    split by its cgroup, its journal's engine deaths and its own watchdog's restarts
+    (vllm-hostkit-watchdog@NAME.service's journal and state file)."""
 
     name: str
     unit: UnitMemory

@@ -27,8 +27,8 @@ from hostkit.facts.kernel_log import KILL_LINES, KernelLog, kernel_log_command, 
 from hostkit.facts.parts import parse_int, split_on_marker
 from hostkit.facts.systemctl_show import SHOW_FUNCTIONS, parse_show
 from hostkit.facts.watchdog import WatchdogFact, WatchdogState
-from hostkit.desired.watchdog import watchdog_unit_of
 from hostkit.facts.vllm_service import env_file_of, unit_of
+from hostkit.paths import WATCHDOG_UNIT, watchdog_unit_of
 from hostkit.plan.plans import VllmPlan
 from hostkit.vllm.readiness import Probe
 from hostkit.vllm.readiness import probe_command as readiness_probe_command

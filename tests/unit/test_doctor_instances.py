@@ -52,9 +52,10 @@ def test_without_instances_the_host_is_read_as_vllm_services():
     inputs = recorded(instances=None)
     assert inputs.instances == () and inputs.unit.unit == "vllm.service" and not inputs.unit.loaded
     assert "instances" not in inputs.to_dict()
-    assert "hk_instance_units=''" in doctor_command()
-    assert "hk_instance_units='vllm@a.service vllm@b.service'" in doctor_command(
-        instance_units=("vllm@a.service", "vllm@b.service"))
+    assert "hk_instances=''" in doctor_command()
+    assert ("hk_instances='vllm@a.service vllm-hostkit-watchdog@a.service /var/lib/vllm-hostkit/watchdog@a.json "
+            "vllm@b.service vllm-hostkit-watchdog@b.service /var/lib/vllm-hostkit/watchdog@b.json'") in doctor_command(
+        instances=("a", "b"))
 
 
 def test_host_rules_once_and_each_instances_unit_rules_on_its_own():
