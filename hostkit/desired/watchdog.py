@@ -50,6 +50,10 @@ def script_text() -> str:
     return host_program(host_file("vllm_watchdog.py"), "http_request.py")
 
 
+def completion_timeout_s(settings: WatchdogSettings) -> int:
+    return max(COMPLETION_TIMEOUT_MIN_S, 3 * settings.interval_s)
+
+
 def watchdog_argv(settings: WatchdogSettings, vllm: VllmPlan) -> list[str]:
     address = probe_address(vllm.host)
     url = f"http://[{address}]:{vllm.port}" if ":" in address else f"http://{address}:{vllm.port}"
@@ -62,7 +66,7 @@ def watchdog_argv(settings: WatchdogSettings, vllm: VllmPlan) -> list[str]:
         "--interval", str(interval), "--failures", str(settings.failures),
         "--max-restarts-per-hour", str(settings.max_restarts_per_hour),
         "--completion-every", str(COMPLETION_EVERY),
-        "--completion-timeout", str(max(COMPLETION_TIMEOUT_MIN_S, 3 * interval)),
+        "--completion-timeout", str(completion_timeout_s(settings)),
         "--lock-stale-after", str(deploy_lock_stale_after_s(vllm.ready_timeout_s)),
     ]
 

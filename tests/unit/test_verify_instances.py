@@ -47,7 +47,7 @@ def serving(p, **unit) -> Probes:
 
 def test_an_instances_probe_looks_at_its_unit_env_file_port_and_watchdog(host_plan):
     b = host_plan.instances["b"]
-    script = probe_command(b, kernel_log=False)
+    script = probe_command(b, host_parts=False)
     assert "hk_unit=vllm@b.service" in script and "/etc/vllm-hostkit/vllm@b.env" in script
     assert " 8001 " in script and "Environment" in script
     assert "@@hostkit-probe:watchdog@@" in script and "@@hostkit-probe:oom@@" not in script
