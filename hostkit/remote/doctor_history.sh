@@ -2,8 +2,8 @@
 # unit part). hostkit.doctor.gather sets before it: hk_mark, hk_kept (how many journal lines
 # to keep), hk_journal_s (journalctl's deadline), hk_watchdog_unit (vllm.service's watchdog),
 # hk_watchdog_decisions (an ERE of the watchdog's lines worth reporting), hk_watchdog_state
-# (its state file) and hk_metrics (the collector's metrics file); and hk_deadline (hostkit.facts.deadline), whose
-# TIMED_OUT line (hk_timed_out) the filters below pass on.
+# (its state file) and hk_metrics (the collector's metrics file); and hk_deadline
+# (hostkit.facts.deadline), whose TIMED_OUT line (hk_timed_out) the filters below pass on.
 # hk_engine_deaths UNIT SUFFIX: the part engine-deaths of UNIT, its name followed by SUFFIX
 # (as hk_unit_parts names its parts).
 hk_engine_deaths() {
