@@ -55,3 +55,12 @@ def watchdog_instance_unit(instance: str) -> str:
 
 def watchdog_instance_state_path(instance: str) -> str:
     return f"/var/lib/{WATCHDOG_STATE_DIRECTORY}/watchdog@{instance}.json"
+
+
+def watchdog_unit_of(instance: str | None) -> str:
+    """The watchdog of vllm.service (None) or of vllm@NAME.service."""
+    return WATCHDOG_UNIT if instance is None else watchdog_instance_unit(instance)
+
+
+def watchdog_state_path_of(instance: str | None) -> str:
+    return WATCHDOG_STATE_PATH if instance is None else watchdog_instance_state_path(instance)

@@ -19,15 +19,17 @@ from pydantic import ValidationError
 from hostkit.exit_codes import CONTRACT, EXIT_OK, exit_status
 from hostkit.plan.planner import PlanError, masked_env, plan_host
 from hostkit.plan.planning_facts import PlanningFacts
-from hostkit.paths import SYSCTL_FILE, THP_UNIT, VLLM_ENV_FILE, VLLM_UNIT
+from hostkit.paths import SYSCTL_FILE, THP_UNIT, VLLM_ENV_FILE, VLLM_UNIT, vllm_instance_unit, watchdog_unit_of
 from hostkit.plan.plans import (
-    INSTANCE_FIELDS, HostPlan, VllmPlan, VllmRuntimePlan, VllmSizing, left_to_host, nvme_lifecycle,
+    INSTANCE_FIELDS, HostPlan, VllmPlan, VllmRuntimePlan, VllmSizing, WatchdogSettings, left_to_host,
+    nvme_lifecycle,
 )
 from hostkit.fleet.inventory import load_inventory
 from hostkit.profile.host_profile import HostProfile
 from hostkit.profile.validation import ProfileError, validate_inventory
 from hostkit.sizes import format_size
 from hostkit.desired.vllm_unit import service_environment, unit_notes
+from hostkit.desired.watchdog import COMPLETION_EVERY, completion_timeout_s
 
 
 class InputError(click.ClickException):
@@ -158,7 +160,20 @@ def instance_lines(vllm: VllmPlan) -> list[str]:
     lines.append(f"          command {shlex.join(vllm.argv)}")
     if vllm.runtime is not None:
         lines.append(f"          release {vllm.runtime.target}, installed: {installed_release(vllm.runtime)}")
+    lines.append(f"          watchdog {watchdog_text(vllm.watchdog, vllm)}")
     return lines
+
+
+def watchdog_text(settings: WatchdogSettings | None, vllm: VllmPlan) -> str:
+    """The health watchdog of one vLLM server: its unit, how often it probes what, and when it
+    restarts the server (hostkit.desired.watchdog's argv). Shown for each of vllm_instances;
+    vllm.service's plan text stays as it was before them (tests/unit/fixtures/instances/before)."""
+    if settings is None or not settings.enabled:
+        return "none (vllm_watchdog: false)"
+    unit = VLLM_UNIT if vllm.instance is None else vllm_instance_unit(vllm.instance)
+    return (f"{watchdog_unit_of(vllm.instance)}: GET /health every {settings.interval_s} s, a one-token completion "
+            f"every {COMPLETION_EVERY} checks ({completion_timeout_s(settings)} s deadline); restarts {unit} after "
+            f"{settings.failures} failed checks in a row, at most {settings.max_restarts_per_hour} an hour")
 
 
 def _host_setting_lines(plan: HostPlan) -> list[str]:

@@ -16,11 +16,10 @@ from hostkit.paths import (
     VLLM_UNIT,
     WATCHDOG_SCRIPT_PATH,
     WATCHDOG_STATE_DIRECTORY,
-    WATCHDOG_STATE_PATH,
     WATCHDOG_UNIT,
     vllm_instance_unit,
-    watchdog_instance_state_path,
-    watchdog_instance_unit,
+    watchdog_state_path_of,
+    watchdog_unit_of,
 )
 from hostkit.plan.plans import HostPlan, VllmPlan, WatchdogSettings
 from hostkit.remote import host_file, host_program
@@ -51,8 +50,8 @@ def script_text() -> str:
     return host_program(host_file("vllm_watchdog.py"), "http_request.py")
 
 
-def watchdog_unit_of(instance: str | None) -> str:
-    return WATCHDOG_UNIT if instance is None else watchdog_instance_unit(instance)
+def completion_timeout_s(settings: WatchdogSettings) -> int:
+    return max(COMPLETION_TIMEOUT_MIN_S, 3 * settings.interval_s)
 
 
 def watchdog_argv(settings: WatchdogSettings, vllm: VllmPlan) -> list[str]:
@@ -67,7 +66,7 @@ def watchdog_argv(settings: WatchdogSettings, vllm: VllmPlan) -> list[str]:
         "--interval", str(interval), "--failures", str(settings.failures),
         "--max-restarts-per-hour", str(settings.max_restarts_per_hour),
         "--completion-every", str(COMPLETION_EVERY),
-        "--completion-timeout", str(max(COMPLETION_TIMEOUT_MIN_S, 3 * interval)),
+        "--completion-timeout", str(completion_timeout_s(settings)),
         "--lock-stale-after", str(deploy_lock_stale_after_s(vllm.ready_timeout_s)),
     ]
 
@@ -83,7 +82,7 @@ def watchdog_plan(settings: WatchdogSettings | None, vllm: VllmPlan) -> Watchdog
         instance=instance, vllm_unit=VLLM_UNIT if instance is None else vllm_instance_unit(instance),
         script_path=WATCHDOG_SCRIPT_PATH, exec_start=exec_line(watchdog_argv(settings, vllm)),
         state_directory=WATCHDOG_STATE_DIRECTORY,
-        state_file=WATCHDOG_STATE_PATH if instance is None else watchdog_instance_state_path(instance),
+        state_file=watchdog_state_path_of(instance),
     )
     return WatchdogPlan(True, unit, fit_unit(text, vllm.systemd_version)[0], script_text())
 

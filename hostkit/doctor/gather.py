@@ -16,13 +16,14 @@ The command prints sub-sections between `@@doctor:NAME@@` lines:
 - oom: the kernel log's OOM lines since boot (hostkit.facts.kernel_log);
 - engine-deaths: the unit's journal lines of the last 24 h naming EngineDeadError (a count and
   the last few); watchdog: the health watchdog's restart, cap and start-limit lines of the
-  last 24 h and its state file (hostkit/remote/vllm_watchdog.py);
+  last 24 h and its state file (hostkit/remote/vllm_watchdog.py), vllm.service's;
 - gpus: the snapshot's gpu section (hostkit.facts.gpu): memory per GPU, and each compute
   process with its /proc/PID/cgroup, which says whether it is the vLLM unit's;
 - platform: hostkit.facts.platform's script (automatic upgrades of the NVIDIA driver packages).
 - metrics: the monitoring collector's metrics file and its age, when the file exists;
-- on a host with vllm_instances, each instance's unit, cgroup, argv and engine-deaths, the
-  part's name followed by the instance's unit (`unit vllm@a.service`).
+- on a host with vllm_instances, each instance's unit, cgroup, argv, engine-deaths and
+  watchdog (vllm-hostkit-watchdog@NAME.service's journal and state file), the part's name
+  followed by the instance's unit (`unit vllm@a.service`, `watchdog vllm@a.service`).
 
 Every command that can hang (nvidia-smi, systemctl, journalctl, ps, the platform probe) runs
 within a deadline (hostkit.facts.deadline) and prints what timed out after how long; the
@@ -69,6 +70,7 @@ from hostkit.monitoring import textfile_path
 from hostkit.monitoring.collector import unit_cgroup_path
 from hostkit.paths import (
     NVME_SETTINGS_FILE, NVME_UNIT, VLLM_UNIT, WATCHDOG_STATE_PATH, WATCHDOG_UNIT, is_vllm_unit, vllm_instance_unit,
+    watchdog_instance_state_path, watchdog_instance_unit,
 )
 from hostkit.profile.host_profile import HostProfile
 from hostkit.remote import host_file
@@ -135,9 +137,10 @@ def _section(name: str, command: str) -> str:
 
 
 def doctor_command(unit: str = VLLM_UNIT, vllm_command: str | None = None, with_proc: bool = True,
-                   metrics_file: str = DEFAULT_METRICS_FILE, instance_units: Sequence[str] = ()) -> str:
+                   metrics_file: str = DEFAULT_METRICS_FILE, instances: Sequence[str] = ()) -> str:
     """The probe script. `with_proc=False` leaves out ps (local runs read processes with psutil);
-    `instance_units`: the units of the host's vllm_instances, each read as `unit` is."""
+    `instances`: the names of the host's vllm_instances, each one's unit read as `unit` is and
+    its watchdog as vllm.service's is."""
     settings = {
         "hk_mark": SUB_MARKER,
         "unit": unit,
@@ -155,7 +158,7 @@ def doctor_command(unit: str = VLLM_UNIT, vllm_command: str | None = None, with_
         "hk_ps_s": str(PS_S),
         "hk_nvme_settings": NVME_SETTINGS_FILE,
         "hk_nvme_unit": NVME_UNIT,
-        "hk_instance_units": " ".join(instance_units),
+        "hk_instances": " ".join(_instance_words(instances)),
     }
     lines = [f"{name}={shlex.quote(value)}" for name, value in settings.items()]
     lines += [
@@ -176,6 +179,12 @@ def doctor_command(unit: str = VLLM_UNIT, vllm_command: str | None = None, with_
         host_file("doctor_instances.sh"),
     ]
     return "\n".join(lines)
+
+
+def _instance_words(instances: Sequence[str]) -> list[str]:
+    """Each instance's unit, watchdog unit and watchdog state file (doctor_instances.sh)."""
+    return [word for name in instances
+            for word in (vllm_instance_unit(name), watchdog_instance_unit(name), watchdog_instance_state_path(name))]
 
 
 def split_sub_sections(output: Iterable[str]) -> dict[str, list[str]]:
@@ -468,7 +477,7 @@ def parse_instance(name: str, gpus: Sequence[int], parts: dict[str, list[str]]) 
         unit=memory,
         vllm=vllm,
         gpus=own_gpus,
-        keepalive=parse_keepalive(parts.get(f"engine-deaths {unit}", []), []),
+        keepalive=parse_keepalive(parts.get(f"engine-deaths {unit}", []), parts.get(f"watchdog {unit}", [])),
         installed_vllm_version=running_vllm_version(dist_info_versions(parts.get("dist", [])), running),
     )
 
@@ -512,8 +521,8 @@ class DoctorFact(FactBase):
     """Everything `hostkit doctor` reads, in one command. Always exits 0."""
 
     def command(self, unit: str = VLLM_UNIT, vllm_command: str | None = None,
-                metrics_file: str = DEFAULT_METRICS_FILE, instance_units: Sequence[str] = ()) -> str:
-        return doctor_command(unit, vllm_command, metrics_file=metrics_file, instance_units=instance_units)
+                metrics_file: str = DEFAULT_METRICS_FILE, instances: Sequence[str] = ()) -> str:
+        return doctor_command(unit, vllm_command, metrics_file=metrics_file, instances=instances)
 
     def process(self, output: list[str]) -> list[str]:
         # The host name is not known here; `gather_host` parses with it.
@@ -580,9 +589,8 @@ def gather_host(host, unit: str = VLLM_UNIT, vllm_command: str | None = None,
                 instances: Mapping[str, Sequence[int]] | None = None) -> DoctorInputs:
     """One connected pyinfra host (ssh, @local, any connector), one command within DOCTOR_S;
     `instances`: its vllm_instances as planned, {name: its GPUs by index}."""
-    instance_units = tuple(vllm_instance_unit(name) for name in instances or {})
     output = host.get_fact(DoctorFact, unit=unit, vllm_command=vllm_command, metrics_file=metrics_file,
-                           instance_units=instance_units, _timeout=DOCTOR_S)
+                           instances=tuple(instances or {}), _timeout=DOCTOR_S)
     if output is None:  # pyinfra logged why: the connection dropped or the deadline passed
         raise GatherError(f"the doctor command failed or ran past {DOCTOR_S} s")
     return parse_doctor_output(host.name, output, unit, instances)

@@ -134,8 +134,9 @@ class NvmeBoot:
 class InstanceInputs:
     """One of vllm_instances as read on its host: its unit and memory cgroup, its server's
     process tree (None: its unit has no main process), its GPUs as planned with their memory
-    split by its cgroup, its journal's engine deaths, and the vLLM release of the environment
-    its command runs from (each instance may run its own; None: none found there)."""
+    split by its cgroup, its journal's engine deaths and its own watchdog's restarts
+    (vllm-hostkit-watchdog@NAME.service's journal and state file), and the vLLM release of the
+    environment its command runs from (each instance may run its own; None: none found there)."""
 
     name: str
     unit: UnitMemory

@@ -17,7 +17,7 @@ from hostkit.doctor.inputs import DoctorInputs, InstanceInputs
 from hostkit.facts.kernel_log import OomKill
 from hostkit.doctor.vllm_args import VllmSettings, effective_settings, removal_note
 from hostkit.plan.planner import CHUNKED_PREFILL_BATCH_TOKENS, LONG_CONTEXT_TOKENS
-from hostkit.paths import NVME_UNIT
+from hostkit.paths import NVME_UNIT, watchdog_unit_of
 from hostkit.plan.plans import NvmePlan, SwapPlan, nvme_lifecycle
 from hostkit.profile.host_profile import HostProfile
 from hostkit.sizes import GIB, format_size
@@ -349,7 +349,7 @@ DAY_S = 86400
 def keepalive(ctx: Context) -> Iterator[Finding]:
     """Engine deaths, the health watchdog's restarts, a unit at its start limit (issue 24)."""
     unit, kept = ctx.inputs.unit, ctx.inputs.keepalive
-    watchdog_unit = "vllm-hostkit-watchdog.service"
+    watchdog_unit = watchdog_unit_of(ctx.instance)
     if unit.loaded and unit.active_state == "failed" and unit.result == "start-limit-hit":
         yield Finding(
             "vllm-start-limit", Severity.CRITICAL,

@@ -40,6 +40,9 @@ from hostkit.paths import (
     SYSCTL_FILE,
     THP_UNIT,
     WATCHDOG_SCRIPT_PATH,
+    WATCHDOG_UNIT,
+    WATCHDOG_UNIT_PATH,
+    watchdog_instance_unit,
 )
 from hostkit.plan.plans import (
     GpuPlan,
@@ -462,6 +465,33 @@ def watchdog_checks(settings: WatchdogSettings | None, plan: VllmPlan, probes: P
     ]
 
 
+def leftover_watchdog_checks(plan: HostPlan, service: Any, probes: Probes, host: str) -> list[CheckResult]:
+    """Watchdogs the plan does not run, which a deploy that failed or stopped partway leaves
+    behind: on a host with vllm_instances, vllm.service's (its unit file, or its unit still
+    enabled or running); the watchdog unit files of instances not planned (`service`: the
+    snapshot's vLLM fact, which lists them), checked on a host of vllm.service when it has any."""
+    results = []
+    current = probes.host_watchdog
+    if plan.instances and current is not None:
+        left = ([f"{WATCHDOG_UNIT_PATH} present"] if current.unit_sha256 else []) + \
+            ([f"{current.unit.get('ActiveState')}/{current.unit.get('SubState', '?')}"]
+             if current.unit.get("ActiveState") not in ("", "inactive", "failed") else []) + \
+            (["enabled"] if current.enabled else [])
+        results.append(_check(
+            "vllm", f"no {WATCHDOG_UNIT}", not left,
+            f"none: each of vllm_instances has its own {watchdog_instance_unit('NAME')}",
+            ", ".join(left) or "none",
+            f"{redeploy(host)} (it removes it), or by hand: systemctl disable --now {WATCHDOG_UNIT}; "
+            f"rm -f {WATCHDOG_UNIT_PATH}; systemctl daemon-reload"))
+    unplanned = [watchdog_instance_unit(name) for name in service.instance_watchdogs if name not in plan.instances]
+    if plan.instances or unplanned:
+        results.append(_check(
+            "vllm", "no watchdogs of instances not planned", not unplanned,
+            "only the planned instances' watchdogs" if plan.instances else "none (the host runs vllm.service)",
+            ", ".join(unplanned) or "none", f"{redeploy(host)} (it stops and removes them)"))
+    return results
+
+
 def instance_checks(plan: VllmPlan, service: Any, probes: Probes, host: str,
                     release: Sequence[CheckResult] = ()) -> list[CheckResult]:
     """One of vllm_instances: vllm_checks of its unit, env file, port and key, its `release`
@@ -616,6 +646,7 @@ def check_host(profile: Any, plan: HostPlan, snapshot: Any, probes: Probes,
               for check in instance_checks(server, instances[name].service, instances[name].probes, host,
                                            release_checks(profile.vllm_instances[name], server,
                                                           release_of(snapshot, server), snapshot.gpu, host))),
+            *leftover_watchdog_checks(plan, snapshot.vllm, probes, host),
             *oom_checks(probes.ooms, plan.container),
             *monitoring_checks(plan.monitoring, monitored_servers(plan), snapshot.monitoring, host),
         ]
@@ -626,6 +657,7 @@ def check_host(profile: Any, plan: HostPlan, snapshot: Any, probes: Probes,
         *vllm_checks(plan.vllm, snapshot.vllm, probes, host),
         *release_checks(profile, plan.vllm, getattr(snapshot, "vllm_release", None), snapshot.gpu, host),
         *watchdog_checks(plan.watchdog, plan.vllm, probes, host),
+        *leftover_watchdog_checks(plan, snapshot.vllm, probes, host),
         *oom_checks(probes.ooms, plan.container),
         *monitoring_checks(plan.monitoring, monitored_servers(plan), snapshot.monitoring, host),
     ]

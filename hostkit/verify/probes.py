@@ -9,7 +9,9 @@
   and user, and a sha256 of the VLLM_API_KEY in its environment (the key never leaves
   the host).
 - watchdog: the installed health watchdog of the unit, vllm.service's or the instance's
-  (hostkit.operations.watchdog's fact).
+  (hostkit.operations.watchdog's fact); host-watchdog, on a host with vllm_instances:
+  vllm.service's watchdog, which the host should no longer have (a deploy that failed or
+  stopped before removing it leaves it running beside the instances' own).
 - oom: the `Killed process` lines of the kernel log since boot, the first OOM_LINE_LIMIT of
   them (hostkit.facts.kernel_log); an unreadable log is "unknown", never "clean".
 
@@ -27,8 +29,8 @@ from hostkit.facts.kernel_log import KILL_LINES, KernelLog, kernel_log_command, 
 from hostkit.facts.parts import parse_int, split_on_marker
 from hostkit.facts.systemctl_show import SHOW_FUNCTIONS, parse_show
 from hostkit.facts.watchdog import WatchdogFact, WatchdogState
-from hostkit.desired.watchdog import watchdog_unit_of
 from hostkit.facts.vllm_service import env_file_of, unit_of
+from hostkit.paths import WATCHDOG_UNIT, watchdog_unit_of
 from hostkit.plan.plans import VllmPlan
 from hostkit.vllm.readiness import Probe
 from hostkit.vllm.readiness import probe_command as readiness_probe_command
@@ -81,6 +83,7 @@ class Probes:
     readiness: Readiness | None = None
     process: VllmProcess | None = None
     watchdog: WatchdogState | None = None  # None when vLLM is not planned
+    host_watchdog: WatchdogState | None = None  # vllm.service's, read on a host with vllm_instances
 
 
 def _mark(name: str) -> str:
@@ -91,11 +94,14 @@ def _mark(name: str) -> str:
 _READY = '"health": 200'
 
 
-def probe_command(plan: VllmPlan, ready_timeout_s: int | None = None, kernel_log: bool = True) -> str:
+def probe_command(plan: VllmPlan, ready_timeout_s: int | None = None, host_parts: bool = True) -> str:
     """The probe script for a host with this vLLM plan (vllm.service's, or an instance's);
-    `ready_timeout_s` overrides the plan's wait. `kernel_log`: read the host's OOM kills too,
-    which a host with instances reads once, with its first instance."""
-    parts = [_mark("oom"), kernel_log_command(KILL_LINES, OOM_LINE_LIMIT)] if kernel_log else []
+    `ready_timeout_s` overrides the plan's wait. `host_parts`: read the host's own parts too
+    (its OOM kills; beside an instance, vllm.service's watchdog), which a host with instances
+    reads once, with its first instance."""
+    parts = [_mark("oom"), kernel_log_command(KILL_LINES, OOM_LINE_LIMIT)] if host_parts else []
+    if host_parts and plan.instance is not None:
+        parts += [_mark("host-watchdog"), WatchdogFact().command(WATCHDOG_UNIT)]
     if plan.enabled:
         wait = plan.ready_timeout_s if ready_timeout_s is None else ready_timeout_s
         properties = UNIT_PROPERTIES if plan.instance is None else INSTANCE_UNIT_PROPERTIES
@@ -162,4 +168,5 @@ def parse_probes(output: list[str]) -> Probes:
         readiness=readiness,
         process=_parse_process(parts.get("process", [])),
         watchdog=WatchdogFact().process(parts["watchdog"]) if "watchdog" in parts else None,
+        host_watchdog=WatchdogFact().process(parts["host-watchdog"]) if "host-watchdog" in parts else None,
     )

@@ -103,18 +103,18 @@ def read_host(shell: RemoteShell, name: str, profile: Any, ready_timeout_s: int 
     except PlanError as error:
         return HostReadings(snapshot, None, None, str(error))
     if plan.instances:
-        instances = {name: read_instance(shell, server, ready_timeout_s, kernel_log=index == 0)
+        instances = {name: read_instance(shell, server, ready_timeout_s, host_parts=index == 0)
                      for index, (name, server) in enumerate(plan.instances.items())}
         return HostReadings(snapshot, next(iter(instances.values())).probes, plan, None, instances)
     return HostReadings(snapshot, _probe(shell, plan.vllm, ready_timeout_s, "probe"), plan, None)
 
 
-def _probe(shell: RemoteShell, plan: Any, ready_timeout_s: int | None, what: str, kernel_log: bool = True) -> Probes:
+def _probe(shell: RemoteShell, plan: Any, ready_timeout_s: int | None, what: str, host_parts: bool = True) -> Probes:
     wait = plan.ready_timeout_s if ready_timeout_s is None else ready_timeout_s
-    return parse_probes(shell.run(probe_command(plan, ready_timeout_s, kernel_log), what, COMMAND_S + wait))
+    return parse_probes(shell.run(probe_command(plan, ready_timeout_s, host_parts), what, COMMAND_S + wait))
 
 
-def read_instance(shell: RemoteShell, plan: Any, ready_timeout_s: int | None, kernel_log: bool) -> InstanceReadings:
+def read_instance(shell: RemoteShell, plan: Any, ready_timeout_s: int | None, host_parts: bool) -> InstanceReadings:
     """One of vllm_instances: its service fact (the one the deploy reads), then its probes; two
     remote commands, named by its unit."""
     fact = VllmServiceFact()
@@ -122,7 +122,7 @@ def read_instance(shell: RemoteShell, plan: Any, ready_timeout_s: int | None, ke
     # The target the deploy's operation asks the fact for (operations.vllm_service.service_target).
     target = ServiceTarget(plan.user, plan.argv[0], plan.host, plan.port, plan.instance)
     service = fact.process(shell.run(fact.command(target=target), f"{unit} service"))
-    return InstanceReadings(service, _probe(shell, plan, ready_timeout_s, f"{unit} probe", kernel_log))
+    return InstanceReadings(service, _probe(shell, plan, ready_timeout_s, f"{unit} probe", host_parts))
 
 
 def verify_host(name: str, host: Any, profile: Any, ready_timeout_s: int | None = None) -> HostReport:

@@ -1,9 +1,12 @@
 """Each of vllm_instances watched on its own (issue 35), on test_instances' container host with
 its three stand-in instances: each has its own watchdog unit, active; an instance whose /health
 answers 500 is restarted by its own watchdog while the others keep their MainPID; the
-collector's textfile has each instance's series under its vllm_instance label; removing an
-instance removes its watchdog too, and the others' watchdogs are left running; `hostkit verify`
-then checks each instance's watchdog and passes but for the container's driver checks.
+collector's textfile has each instance's series under its vllm_instance label; `hostkit doctor`
+reports that restart under that instance alone, from its own watchdog's journal and state file;
+removing an instance removes its watchdog too, and the others' watchdogs are left running;
+`hostkit verify` then checks each instance's watchdog, fails on a vllm.service watchdog and an
+unplanned instance's watchdog left by hand (as a partial deploy leaves them), and passes but for
+those and the container's driver checks.
 
 Short watchdog settings (WATCHDOG) keep the module short. Times are printed as JSON lines.
 """
@@ -17,7 +20,11 @@ from pathlib import Path
 
 import pytest
 
-from hostkit.paths import vllm_instance_unit, watchdog_instance_state_path, watchdog_instance_unit
+from hostkit.paths import (
+    SYSTEMD_UNIT_DIR, WATCHDOG_UNIT, WATCHDOG_UNIT_PATH, vllm_instance_unit, watchdog_instance_state_path,
+    watchdog_instance_unit,
+)
+from tests.e2e.test_doctor_smoke import hostkit
 from tests.e2e.test_instances import BASE, INSTANCES, KEYS, NAMES, REMOVED, host, unit_state  # noqa: F401 (host: fixture)
 from tests.e2e.conftest import lab_inventory
 from tests.e2e.test_verify import failed_checks, hostkit_verify
@@ -86,6 +93,26 @@ def test_a_failing_instance_is_restarted_by_its_own_watchdog_alone(host, deploye
             assert watchdog_state(host, name).get("restarts_total") == 0, name
 
 
+def test_doctor_reports_the_restart_under_that_instance_from_its_own_watchdog(host, deployed, tmp_path):  # noqa: F811
+    inventory = lab_inventory(tmp_path / "inventory.py", host, {**DATA, "vllm_instances": WATCHED})
+    started = time.monotonic()
+    result = hostkit("doctor", str(inventory), "--format", "json")
+    report(doctor_s=round(time.monotonic() - started, 1))
+    (checked,) = json.loads(result.stdout)["hosts"]
+    instances = {instance["name"]: instance for instance in checked["instances"]}
+    assert sorted(instances) == sorted(NAMES), result.stdout[-3000:]
+    restarts = {name: [finding for finding in instance["findings"] if finding["code"] == "vllm-watchdog-restarts"]
+                for name, instance in instances.items()}
+    assert {name: len(found) for name, found in restarts.items()} == {name: int(name == FAILING) for name in NAMES}
+    [finding] = restarts[FAILING]
+    assert finding["problem"].startswith(f"The health watchdog restarted {vllm_instance_unit(FAILING)} ")
+    assert f"journalctl -u {watchdog_instance_unit(FAILING)}" in finding["fix"]
+    assert finding["evidence"]["restarts"] == watchdog_state(host, FAILING)["restarts"][:len(finding["evidence"]["restarts"])]
+    assert any(f"restarting {vllm_instance_unit(FAILING)}: 2 consecutive failed checks" in line
+               for line in finding["evidence"]["journal"]), finding
+    assert not [f for f in checked["findings"] if f["code"] == "vllm-watchdog-restarts"]  # none for the host
+
+
 def test_the_collector_writes_each_instances_series_under_its_label(host, deployed):  # noqa: F811
     sh(host, "systemctl start vllm-hostkit-monitor.service")
     metrics = sh(host, f"cat {TEXTFILE}")
@@ -119,15 +146,28 @@ def test_removing_an_instance_removes_its_watchdog_and_leaves_the_others_running
         assert show(host, watchdog_instance_unit(name))["MainPID"] == before[name], name
 
 
-def test_verify_checks_each_instances_watchdog(host, deployed, tmp_path):  # noqa: F811
-    """After the removal: a and c serve, each watched (this module's data, monitoring on)."""
+def test_verify_checks_each_instances_watchdog_and_flags_those_left_over(host, deployed, tmp_path):  # noqa: F811
+    """After the removal: a and c serve, each watched (this module's data, monitoring on); by
+    hand, as a deploy stopped partway leaves them: vllm.service's watchdog (a copy of a's unit,
+    enabled) and the removed instance's watchdog unit file."""
     inventory = lab_inventory(tmp_path / "inventory.py", host,
                               {**DATA, "vllm_instances": {name: WATCHED[name] for name in KEPT}})
-    started = time.monotonic()
-    proc, _ = hostkit_verify(inventory, "--format", "json")
-    report(verify_s=round(time.monotonic() - started, 1))
+    kept_unit = f"{SYSTEMD_UNIT_DIR}/{watchdog_instance_unit(KEPT[0])}"
+    removed_unit = f"{SYSTEMD_UNIT_DIR}/{watchdog_instance_unit(REMOVED)}"
+    sh(host, f"cp {kept_unit} {WATCHDOG_UNIT_PATH} && cp {kept_unit} {removed_unit} && systemctl daemon-reload"
+             f" && systemctl enable {WATCHDOG_UNIT}")
+    try:
+        started = time.monotonic()
+        proc, _ = hostkit_verify(inventory, "--format", "json")
+        report(verify_s=round(time.monotonic() - started, 1))
+    finally:
+        sh(host, f"systemctl disable {WATCHDOG_UNIT}; rm -f {WATCHDOG_UNIT_PATH} {removed_unit}; systemctl daemon-reload")
     [checked] = json.loads(proc.stdout)["hosts"]
-    assert failed_checks(checked) == LAB_GPU_FAILURES, proc.stdout[-3000:]
+    left_over = {f"no {WATCHDOG_UNIT}", "no watchdogs of instances not planned"}
+    assert failed_checks(checked) == LAB_GPU_FAILURES | left_over, proc.stdout[-3000:]
+    actual = {check["name"]: check["actual"] for check in checked["checks"] if check["name"] in left_over}
+    assert actual == {f"no {WATCHDOG_UNIT}": f"{WATCHDOG_UNIT_PATH} present, enabled",
+                      "no watchdogs of instances not planned": watchdog_instance_unit(REMOVED)}, actual
     names = {check["name"] for check in checked["checks"]}
     for name in KEPT:
         for check in ("health watchdog installed", "health watchdog active"):

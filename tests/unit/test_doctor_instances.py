@@ -52,9 +52,10 @@ def test_without_instances_the_host_is_read_as_vllm_services():
     inputs = recorded(instances=None)
     assert inputs.instances == () and inputs.unit.unit == "vllm.service" and not inputs.unit.loaded
     assert "instances" not in inputs.to_dict()
-    assert "hk_instance_units=''" in doctor_command()
-    assert "hk_instance_units='vllm@a.service vllm@b.service'" in doctor_command(
-        instance_units=("vllm@a.service", "vllm@b.service"))
+    assert "hk_instances=''" in doctor_command()
+    assert ("hk_instances='vllm@a.service vllm-hostkit-watchdog@a.service /var/lib/vllm-hostkit/watchdog@a.json "
+            "vllm@b.service vllm-hostkit-watchdog@b.service /var/lib/vllm-hostkit/watchdog@b.json'") in doctor_command(
+        instances=("a", "b"))
 
 
 def test_host_rules_once_and_each_instances_unit_rules_on_its_own():
@@ -173,3 +174,79 @@ def test_an_inventory_host_whose_instances_cannot_be_planned_shows_them_without_
     assert ("the instances' GPUs cannot be placed" in unplanned["problem"]
             or "GPU 5 of vllm_instances 'solo' is not on this host" in unplanned["problem"]), unplanned["problem"]
     assert result.returncode == 0  # warnings only
+
+
+# --- each instance's own watchdog (vllm-hostkit-watchdog@NAME.service) ------------------------
+# lab-instances-watched.txt: tests/e2e/test_instances_watched.py's host after b's watchdog
+# restarted it (its /health answered 500), recorded with doctor_command(instances=("a", "b", "c")).
+B_RESTART = ("2026-12-07T06:42:42+0000 m2024x1 python3[815]: restarting vllm@b.service: 2 consecutive failed checks "
+             "(last: /health: HTTP 500); watchdog restart 1 of at most 2 an hour")
+
+
+def test_each_instances_watchdog_is_read_from_its_own_journal_and_state_file():
+    instances = by_name(recorded(lines("lab-instances-watched")))
+    b = instances["b"].keepalive
+    assert (b.watchdog_lines, b.watchdog_restarts, b.checked_at) == ((B_RESTART,), (1796625762.6765733,), 1796625766)
+    for name in "ac":
+        assert (instances[name].keepalive.watchdog_lines, instances[name].keepalive.watchdog_restarts) == ((), ())
+
+
+def test_a_watchdog_restart_is_found_under_its_instance_alone_naming_its_watchdog():
+    diagnosis = diagnose(recorded(lines("lab-instances-watched")))
+    found = {instance.name: [f for f in instance.findings if f.code == "vllm-watchdog-restarts"]
+             for instance in diagnosis.instances}
+    assert {name: len(findings) for name, findings in found.items()} == {"a": 0, "b": 1, "c": 0}
+    assert "vllm-watchdog-restarts" not in [f.code for f in diagnosis.findings]
+    [finding] = found["b"]
+    assert finding.problem == ("The health watchdog restarted vllm@b.service 1 time(s) in the last 24 h "
+                               "(a failing or hung server).")
+    assert finding.fix.startswith("Read its reasons (`journalctl -u vllm-hostkit-watchdog@b.service`)")
+    assert finding.evidence == {"restarts": [1796625762.6765733], "journal": [B_RESTART]}
+    text = render_text([diagnosis])
+    assert "WARNING  vllm@b.service: vllm-watchdog-restarts: The health watchdog restarted vllm@b.service" in text
+    assert f"| {B_RESTART}" in text
+    assert json.loads(render_json([diagnosis]))["hosts"][0]["instances"][1]["inputs"]["keepalive"][
+        "watchdog_restarts"] == [1796625762.6765733]
+
+
+def _watchdog_lines(instance: str) -> list[str]:
+    """An instance's watchdog's journal as vllm_watchdog.py words it (its own decide()): a
+    failed check, a restart, the hourly cap, the unit's start limit and failure, in short-iso."""
+    from hostkit.remote import vllm_watchdog as wd
+
+    unit, _, _ = wd.instance_files(instance)
+    config = wd.Config(unit, "http://127.0.0.1:8001", "lab-b", 2, 1, 1, 6, 10, 5400)
+    running = wd.UnitStatus("active", "running", "success", "inv1")
+    failing = wd.Seen(None, running, (wd.ProbeResult("/health", True, False, "HTTP 500"),))
+    state = {**wd.new_state(), "serving_invocation": "inv1"}
+    messages = []
+    for seen, now in ((failing, 1000.0), (failing, 1010.0), (failing, 1020.0),
+                      (wd.Seen(None, wd.UnitStatus("failed", "failed", "start-limit-hit", "inv2")), 1020.0),
+                      (wd.Seen(None, wd.UnitStatus("failed", "failed", "exit-code", "inv3")), 1030.0)):
+        decision = wd.decide(state, seen, now, config)
+        state, messages = decision.state, messages + decision.messages
+    stamp = "2026-12-07T06:42:42+0000 m2024x1 python3[815]: "
+    return [stamp + message[len(wd.INFO):] for message in messages]
+
+
+@pytest.mark.processes
+def test_the_one_watchdog_reader_keeps_an_instances_decisions(tmp_path):
+    """The doctor command itself, run here with a journalctl that answers for b's watchdog alone:
+    its decisions (restart, cap, start limit, failure) come under b, its failed checks do not."""
+    journal = _watchdog_lines("b")
+    decisions = [line for line in journal if " check failed " not in line]
+    assert [line.split(": ", 1)[1].split(" ")[0] for line in decisions] == [
+        "restarting", "not", "vllm@b.service", "vllm@b.service"]
+    assert len(journal) == len(decisions) + 3  # 1/1, 1/2 and 2/2: failed checks, not decisions
+    (tmp_path / "journal.txt").write_text("\n".join(journal) + "\n")
+    fake = tmp_path / "journalctl"
+    fake.write_text(f'#!/bin/sh\n[ "$2" = vllm-hostkit-watchdog@b.service ] && cat {tmp_path}/journal.txt\ntrue\n')
+    fake.chmod(0o755)
+    script = doctor_command(with_proc=False, instances=("a", "b"))
+    result = subprocess.run(["sh", "-c", script], capture_output=True, text=True, timeout=120, check=False,
+                            env={"PATH": f"{tmp_path}:/usr/bin:/bin"})
+    parts = split_sub_sections(result.stdout.splitlines())
+    assert parts["watchdog vllm@a.service"] == []
+    assert parts["watchdog vllm@b.service"] == [f"line {line}" for line in decisions]
+    kept = parse_doctor_output("here", result.stdout.splitlines(), instances={"a": (), "b": ()}).instances[1].keepalive
+    assert len(kept.watchdog_lines) == 4 and "not restarting vllm@b.service" in kept.watchdog_lines[1]

@@ -162,6 +162,21 @@ def test_each_instance_shows_in_hostkit_plan():
     assert data["vllm"] is None and data["instances"]["r1"]["gpu_uuids"] == [UUID.format(1)]
 
 
+def test_hostkit_plan_shows_each_instances_own_watchdog():
+    text = plan_as_text(plan({"left": {"gpus": [0, 1, 2, 3], "vllm_watchdog_interval_s": 5},
+                              "right": {"gpus": [4, 5, 6, 7], "vllm_port": 8001, "vllm_watchdog": False}},
+                             vllm_watchdog_failures=4))
+    lines = text.splitlines()
+    left = lines.index("instance  left  port 8000  Qwen/Qwen2.5-7B-Instruct")
+    right = next(i for i, line in enumerate(lines) if line.startswith("instance  right "))
+    # Each under its own instance: left's own interval, the host's failures; right's watchdog off.
+    assert ("          watchdog vllm-hostkit-watchdog@left.service: GET /health every 5 s, a one-token completion "
+            "every 6 checks (15 s deadline); restarts vllm@left.service after 4 failed checks in a row, "
+            "at most 4 an hour") in lines[left:right]
+    assert "          watchdog none (vllm_watchdog: false)" in lines[right:]
+    assert "vllm-hostkit-watchdog.service" not in text
+
+
 # --- refused at plan time --------------------------------------------------------------
 
 
