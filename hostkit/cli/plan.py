@@ -19,7 +19,8 @@ from pydantic import ValidationError
 from hostkit.exit_codes import CONTRACT, EXIT_OK, exit_status
 from hostkit.plan.planner import PlanError, masked_env, plan_host
 from hostkit.plan.planning_facts import PlanningFacts
-from hostkit.paths import SYSCTL_FILE, THP_UNIT, VLLM_ENV_FILE, VLLM_UNIT, vllm_instance_unit, watchdog_unit_of
+from hostkit.facts.vllm_service import unit_of
+from hostkit.paths import SYSCTL_FILE, THP_UNIT, VLLM_ENV_FILE, VLLM_UNIT, watchdog_unit_of
 from hostkit.plan.plans import (
     INSTANCE_FIELDS, HostPlan, VllmPlan, VllmRuntimePlan, VllmSizing, WatchdogSettings, left_to_host,
     nvme_lifecycle,
@@ -170,10 +171,10 @@ def watchdog_text(settings: WatchdogSettings | None, vllm: VllmPlan) -> str:
     vllm.service's plan text stays as it was before them (tests/unit/fixtures/instances/before)."""
     if settings is None or not settings.enabled:
         return "none (vllm_watchdog: false)"
-    unit = VLLM_UNIT if vllm.instance is None else vllm_instance_unit(vllm.instance)
     return (f"{watchdog_unit_of(vllm.instance)}: GET /health every {settings.interval_s} s, a one-token completion "
-            f"every {COMPLETION_EVERY} checks ({completion_timeout_s(settings)} s deadline); restarts {unit} after "
-            f"{settings.failures} failed checks in a row, at most {settings.max_restarts_per_hour} an hour")
+            f"every {COMPLETION_EVERY} checks ({completion_timeout_s(settings)} s deadline); restarts "
+            f"{unit_of(vllm.instance)} after {settings.failures} failed checks in a row, at most "
+            f"{settings.max_restarts_per_hour} an hour")
 
 
 def _host_setting_lines(plan: HostPlan) -> list[str]:
