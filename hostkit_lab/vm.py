@@ -13,6 +13,7 @@ from typing import ClassVar
 from hostkit_lab.host import BOOT_TIMEOUT_S, LabHost
 from hostkit_lab.image import base_image
 from hostkit_lab.progress import say
+from hostkit_lab.qemu import lab_qemu
 
 MEMORY_MB = 2048
 NVME_SIZE = "8G"
@@ -61,6 +62,7 @@ class VmHost(LabHost):
 
     def start(self) -> None:
         image = base_image(self.os)
+        qemu = lab_qemu()
         # The emulated NVMe (qemu 7.2) now and then stops answering a queue: its requests never
         # complete (CI, 2026-12-04, a boot: I/O 401-411 outstanding for 1200 s, until a controller
         # reset at io_timeout=600). A reset recovers it: the driver resubmits what was cancelled.
@@ -75,7 +77,7 @@ class VmHost(LabHost):
         read_only = [arg for disk in self.disks for arg in ("-drive", f"file={disk},if=virtio,format=raw,readonly=on")]
         subprocess.run(
             [
-                "qemu-system-x86_64", "-name", self.name,
+                str(qemu.binary), "-L", str(qemu.data_dir), "-name", self.name,
                 "-accel", "tcg,thread=multi", "-cpu", "max", "-smp", str(self.cpus), "-m", str(self.memory_mb),
                 "-display", "none", "-monitor", "none", "-serial", f"file:{self.path / 'console.log'}",
                 "-daemonize", "-pidfile", str(self.path / "qemu.pid"),

@@ -18,27 +18,16 @@ from xml.etree import ElementTree
 
 DURATIONS = Path(__file__).with_name("durations.json")
 UNMEASURED_S = 300.0
-# Groups whose VMs write gigabytes to their emulated NVMe (swap files, resizes, a dd cut
-# mid-way). Side by side, qemu 7.2's NVMe under TCG stopped completing I/O in both (CI of
-# 7ae3c8a twice, 2026-12-07: abort, reset, controller disabled, swap dd EIO); in one lane
-# they run one after the other, as in every green run before.
-ONE_LANE = ("test_swap.py", "test_faults.py")
 
 
 def assign(durations: dict[str, float], lanes: int) -> dict[str, str]:
-    """{group: lane name}: longest first, each to the least loaded lane (ties: the first);
-    the ONE_LANE groups together, as one."""
-    together = [group for group in ONE_LANE if group in durations]
-    units = {group: [group] for group in durations if group not in together}
-    if together:
-        units[together[0]] = together
-    seconds = {unit: sum(durations[group] for group in members) for unit, members in units.items()}
+    """{group: lane name}: longest first, each to the least loaded lane (ties: the first)."""
     load = {f"lane-{chr(ord('a') + index)}": 0.0 for index in range(lanes)}
     schedule = {}
-    for unit in sorted(units, key=lambda name: (-seconds[name], name)):
+    for group in sorted(durations, key=lambda name: (-durations[name], name)):
         lane = min(load, key=lambda name: (load[name], name))
-        schedule.update(dict.fromkeys(units[unit], lane))
-        load[lane] += seconds[unit]
+        schedule[group] = lane
+        load[lane] += durations[group]
     return schedule
 
 

@@ -56,15 +56,3 @@ def test_each_module_runs_its_container_tests_before_its_vm_tests(collected):
         kinds = ["container" if "[container" in item["nodeid"] else "vm" for item in collected
                  if item["nodeid"].startswith(f"{module}::")]
         assert kinds == sorted(kinds), f"{module}: {kinds}"
-
-
-def test_the_nvme_heavy_groups_share_a_lane_however_the_durations_fall():
-    from tests.e2e.lanes import ONE_LANE, assign, measured
-
-    recorded = measured(list(json.loads((REPO / "tests/e2e/durations.json").read_text())["groups"]))
-    # Alone, longest first would put the two longest groups in different lanes.
-    for durations in (recorded, {"test_swap.py": 700.0, "test_faults.py": 600.0, "main host": 500.0}):
-        schedule = assign(durations, 2)
-        assert len({schedule[group] for group in ONE_LANE}) == 1, schedule
-        assert set(schedule) == set(durations)
-    assert assign({"test_swap.py": 600.0, "other": 100.0}, 2) == {"test_swap.py": "lane-a", "other": "lane-b"}
