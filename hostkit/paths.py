@@ -39,6 +39,11 @@ def vllm_instance_unit(instance: str) -> str:
     return f"vllm@{instance}.service"
 
 
+def vllm_unit_of(instance: str | None) -> str:
+    """The unit of one of vllm_instances, or vllm.service (None)."""
+    return VLLM_UNIT if instance is None else vllm_instance_unit(instance)
+
+
 def is_vllm_unit(unit: str | None) -> bool:
     """Whether `unit` is one of hostkit's vLLM units: vllm.service or an instance's."""
     return unit == VLLM_UNIT or (unit or "").startswith("vllm@") and (unit or "").endswith(".service")

@@ -19,8 +19,7 @@ from pydantic import ValidationError
 from hostkit.exit_codes import CONTRACT, EXIT_OK, exit_status
 from hostkit.plan.planner import PlanError, masked_env, plan_host
 from hostkit.plan.planning_facts import PlanningFacts
-from hostkit.facts.vllm_service import unit_of
-from hostkit.paths import SYSCTL_FILE, THP_UNIT, VLLM_ENV_FILE, VLLM_UNIT, watchdog_unit_of
+from hostkit.paths import SYSCTL_FILE, THP_UNIT, VLLM_ENV_FILE, VLLM_UNIT, vllm_unit_of, watchdog_unit_of
 from hostkit.plan.plans import (
     INSTANCE_FIELDS, HostPlan, VllmPlan, VllmRuntimePlan, VllmSizing, WatchdogSettings, left_to_host,
     nvme_lifecycle,
@@ -173,7 +172,7 @@ def watchdog_text(settings: WatchdogSettings | None, vllm: VllmPlan) -> str:
         return "none (vllm_watchdog: false)"
     return (f"{watchdog_unit_of(vllm.instance)}: GET /health every {settings.interval_s} s, a one-token completion "
             f"every {COMPLETION_EVERY} checks ({completion_timeout_s(settings)} s deadline); restarts "
-            f"{unit_of(vllm.instance)} after {settings.failures} failed checks in a row, at most "
+            f"{vllm_unit_of(vllm.instance)} after {settings.failures} failed checks in a row, at most "
             f"{settings.max_restarts_per_hour} an hour")
 
 

@@ -19,7 +19,8 @@ import re
 from collections.abc import Collection
 
 from hostkit import templates
-from hostkit.facts.vllm_service import MANAGED_MARKER, ModeAndOwnership, VllmServiceState, env_file_of, unit_of
+from hostkit.facts.vllm_service import MANAGED_MARKER, ModeAndOwnership, VllmServiceState, env_file_of
+from hostkit.paths import vllm_unit_of
 from hostkit.plan.plans import VllmPlan
 from hostkit.desired.directives import fit_unit
 
@@ -46,7 +47,7 @@ class UnitError(ValueError):
 
 def verify_path(instance: str | None = None) -> str:
     """Where the rendered unit of vllm.service (None) or an instance is checked."""
-    return f"{VERIFY_DIR}/{unit_of(instance)}"
+    return f"{VERIFY_DIR}/{vllm_unit_of(instance)}"
 
 
 VERIFY_PATH = verify_path()
@@ -110,7 +111,7 @@ def unknown_uuids(plan: VllmPlan) -> str | None:
     unnamed = [str(index) for index, uuid in _gpus(plan) if not uuid]
     if not unnamed:
         return None
-    return (f"{unit_of(plan.instance)}: GPU {', '.join(unnamed)} has no UUID in the facts: CUDA_VISIBLE_DEVICES"
+    return (f"{vllm_unit_of(plan.instance)}: GPU {', '.join(unnamed)} has no UUID in the facts: CUDA_VISIBLE_DEVICES"
             " names it by index, which a renumbering of the GPUs (one lost or added) moves")
 
 
@@ -185,7 +186,7 @@ def render_env(plan: VllmPlan) -> str:
         secrets["VLLM_API_KEY"] = env_file_value(plan.api_key.get_secret_value())
     if plan.hf_token is not None:
         secrets["HF_TOKEN"] = env_file_value(plan.hf_token.get_secret_value())
-    return templates().get_template("vllm.env.j2").render(secrets=secrets, unit=unit_of(plan.instance))
+    return templates().get_template("vllm.env.j2").render(secrets=secrets, unit=vllm_unit_of(plan.instance))
 
 
 def unplanned_units(planned: Collection[str] | None, current: VllmServiceState) -> list[str | None]:

@@ -17,7 +17,7 @@ from hostkit.paths import (
     WATCHDOG_SCRIPT_PATH,
     WATCHDOG_STATE_DIRECTORY,
     WATCHDOG_UNIT,
-    vllm_instance_unit,
+    vllm_unit_of,
     watchdog_state_path_of,
     watchdog_unit_of,
 )
@@ -79,7 +79,7 @@ def watchdog_plan(settings: WatchdogSettings | None, vllm: VllmPlan) -> Watchdog
         return WatchdogPlan(False, unit, keep_script=vllm.instance is not None)
     instance = vllm.instance
     text = templates().get_template("vllm-hostkit-watchdog.service.j2").render(
-        instance=instance, vllm_unit=VLLM_UNIT if instance is None else vllm_instance_unit(instance),
+        instance=instance, vllm_unit=vllm_unit_of(instance),
         script_path=WATCHDOG_SCRIPT_PATH, exec_start=exec_line(watchdog_argv(settings, vllm)),
         state_directory=WATCHDOG_STATE_DIRECTORY,
         state_file=watchdog_state_path_of(instance),

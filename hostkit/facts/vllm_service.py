@@ -22,7 +22,7 @@ from hostkit.facts.parts import to_int
 from hostkit.facts.scope import SnapshotScope
 from hostkit.facts.systemctl_show import SHOW_FUNCTIONS, parse_show
 from hostkit.paths import (
-    CONFIG_DIR, VLLM_ENV_FILE, VLLM_UNIT, VLLM_UNIT_PATH, vllm_instance_env_file, vllm_instance_unit,
+    CONFIG_DIR, VLLM_ENV_FILE, VLLM_UNIT_PATH, vllm_instance_env_file, vllm_instance_unit, vllm_unit_of,
     watchdog_instance_unit,
 )
 from hostkit.remote import host_file
@@ -41,13 +41,8 @@ WATCHDOG_INSTANCE_GLOB = f"{UNIT_DIR}/{watchdog_instance_unit('*')}"
 MANAGED_MARKER = "# Managed by vllm-hostkit"
 
 
-def unit_of(instance: str | None) -> str:
-    """The unit of one of vllm_instances, or vllm.service (None)."""
-    return VLLM_UNIT if instance is None else vllm_instance_unit(instance)
-
-
 def unit_path_of(instance: str | None) -> str:
-    return f"{UNIT_DIR}/{unit_of(instance)}"
+    return f"{UNIT_DIR}/{vllm_unit_of(instance)}"
 
 
 def env_file_of(instance: str | None) -> str:
@@ -70,7 +65,7 @@ class ServiceTarget:
 
     @property
     def unit(self) -> str:
-        return unit_of(self.instance)
+        return vllm_unit_of(self.instance)
 
     @property
     def unit_path(self) -> str:

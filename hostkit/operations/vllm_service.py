@@ -55,11 +55,10 @@ from hostkit.facts.vllm_service import (
     VllmServiceFact,
     VllmServiceState,
     env_file_of,
-    unit_of,
     unit_path_of,
 )
 from hostkit.operations.callbacks import current_connector_arguments
-from hostkit.paths import CONFIG_DIR, VLLM_UNIT
+from hostkit.paths import CONFIG_DIR, VLLM_UNIT, vllm_unit_of
 from hostkit.plan.plans import VllmPlan
 from hostkit.vllm.readiness import Observation, wait_until_ready
 from hostkit.desired.changes import service_changes
@@ -360,7 +359,7 @@ def vllm_units_removed(planned: list[str] | None, scope: SnapshotScope):
     mark_changed(host, "vllm")
     steps = []
     for instance in unplanned:
-        unit = unit_of(instance)
+        unit = vllm_unit_of(instance)
         host.log_styled(f"{unit}: not planned: stopped, disabled and removed", fg="yellow")
         # A unit whose file is gone already (removed by hand) has nothing to stop.
         steps.append(f"systemctl disable --now {unit} 2>/dev/null || true")

@@ -17,7 +17,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from hostkit.paths import VLLM_UNIT, vllm_instance_unit
+from hostkit.paths import vllm_instance_unit, vllm_unit_of
 from hostkit.profile.host_profile import HostProfile
 
 
@@ -29,7 +29,7 @@ class Endpoint:
 
     @property
     def unit(self) -> str:
-        return VLLM_UNIT if self.instance is None else vllm_instance_unit(self.instance)
+        return vllm_unit_of(self.instance)
 
     def __str__(self) -> str:
         return f"{self.host}/{self.unit}"

@@ -16,7 +16,7 @@ from typing import Any
 
 from hostkit.facts.kernel import THP_DIR, THP_UNIT_PATH, KernelState, sysctl_key
 from hostkit.facts.storage import SWAP_FILE_SELINUX_TYPE, StorageInfo
-from hostkit.facts.vllm_service import env_file_of, unit_of, unit_path_of
+from hostkit.facts.vllm_service import env_file_of, unit_path_of
 from hostkit.plan.snapshot_facts import driver_version
 from hostkit.plan.gpu_policy import evaluate
 from hostkit.monitoring import STALE_INTERVALS, TIMER, stale_after_s
@@ -42,6 +42,7 @@ from hostkit.paths import (
     WATCHDOG_SCRIPT_PATH,
     WATCHDOG_UNIT,
     WATCHDOG_UNIT_PATH,
+    vllm_unit_of,
     watchdog_instance_unit,
 )
 from hostkit.plan.plans import (
@@ -322,7 +323,7 @@ def vllm_checks(plan: VllmPlan, service: Any, probes: Probes, host: str) -> list
     if not plan.enabled:
         return []
     unit = probes.unit
-    name = unit_of(plan.instance)
+    name = vllm_unit_of(plan.instance)
     logs = f"journalctl -u {name} -b"
     results = []
 
@@ -373,7 +374,7 @@ def vllm_checks(plan: VllmPlan, service: Any, probes: Probes, host: str) -> list
 def _process_checks(plan: VllmPlan, service: Any, process: VllmProcess | None, state: str, host: str,
                     logs: str) -> list[CheckResult]:
     """The running server: its cgroup's limit, its flags, its user, where its API key comes from."""
-    name = unit_of(plan.instance)
+    name = vllm_unit_of(plan.instance)
     if process is None:
         return [_check("vllm", "server process", False, f"{name} has a main process",
                        f"none ({state})", f"systemctl start {name}; read {logs}")]
@@ -501,7 +502,7 @@ def instance_checks(plan: VllmPlan, service: Any, probes: Probes, host: str,
     if plan.enabled and plan.gpu_indices and probes.unit.get("LoadState") == "loaded":
         results.append(_gpu_assignment_check(plan, probes.unit, host))
     results += watchdog_checks(plan.watchdog, plan, probes, host)
-    name = unit_of(plan.instance)
+    name = vllm_unit_of(plan.instance)
     return [replace(result, name=f"{name} {result.name}") for result in results]
 
 
@@ -510,7 +511,7 @@ def _gpu_assignment_check(plan: VllmPlan, unit: dict[str, str], host: str) -> Ch
     wanted = f"CUDA_VISIBLE_DEVICES={cuda_visible_devices(plan)}"
     given = [word for word in unit.get("Environment", "").split() if word.startswith("CUDA_VISIBLE_DEVICES=")]
     return _check("gpu", "GPUs", given == [wanted], wanted, " ".join(given) or "no CUDA_VISIBLE_DEVICES",
-                  f"{redeploy(host)}; then systemctl daemon-reload && systemctl restart {unit_of(plan.instance)}")
+                  f"{redeploy(host)}; then systemctl daemon-reload && systemctl restart {vllm_unit_of(plan.instance)}")
 
 
 # -- kernel log ----------------------------------------------------------------------------

@@ -29,8 +29,8 @@ from hostkit.facts.kernel_log import KILL_LINES, KernelLog, kernel_log_command, 
 from hostkit.facts.parts import parse_int, split_on_marker
 from hostkit.facts.systemctl_show import SHOW_FUNCTIONS, parse_show
 from hostkit.facts.watchdog import WatchdogFact, WatchdogState
-from hostkit.facts.vllm_service import env_file_of, unit_of
-from hostkit.paths import WATCHDOG_UNIT, watchdog_unit_of
+from hostkit.facts.vllm_service import env_file_of
+from hostkit.paths import WATCHDOG_UNIT, vllm_unit_of, watchdog_unit_of
 from hostkit.plan.plans import VllmPlan
 from hostkit.vllm.readiness import Probe
 from hostkit.vllm.readiness import probe_command as readiness_probe_command
@@ -106,7 +106,7 @@ def probe_command(plan: VllmPlan, ready_timeout_s: int | None = None, host_parts
         wait = plan.ready_timeout_s if ready_timeout_s is None else ready_timeout_s
         properties = UNIT_PROPERTIES if plan.instance is None else INSTANCE_UNIT_PROPERTIES
         settings = {
-            "hk_unit": unit_of(plan.instance),
+            "hk_unit": vllm_unit_of(plan.instance),
             "hk_wait": str(wait),
             "hk_mark": MARKER,
             "hk_ready": _READY,

@@ -21,7 +21,8 @@ from hostkit.facts.snapshot import HostSnapshot, HostSnapshotFact
 from hostkit.plan.snapshot_facts import planning_facts
 from hostkit.plan.planner import PlanError, plan_host
 from hostkit.plan.scope import snapshot_scope
-from hostkit.facts.vllm_service import ServiceTarget, VllmServiceFact, unit_of
+from hostkit.facts.vllm_service import ServiceTarget, VllmServiceFact
+from hostkit.paths import vllm_unit_of
 from hostkit.verify.checks import CheckResult, InstanceReadings, check_host
 from hostkit.verify.probes import Probes, parse_probes, probe_command
 from hostkit.verify.targets import Target, attach_paramiko, write_ssh_config
@@ -118,7 +119,7 @@ def read_instance(shell: RemoteShell, plan: Any, ready_timeout_s: int | None, ho
     """One of vllm_instances: its service fact (the one the deploy reads), then its probes; two
     remote commands, named by its unit."""
     fact = VllmServiceFact()
-    unit = unit_of(plan.instance)
+    unit = vllm_unit_of(plan.instance)
     # The target the deploy's operation asks the fact for (operations.vllm_service.service_target).
     target = ServiceTarget(plan.user, plan.argv[0], plan.host, plan.port, plan.instance)
     service = fact.process(shell.run(fact.command(target=target), f"{unit} service"))
