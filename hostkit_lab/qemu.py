@@ -58,9 +58,12 @@ def _unpack(root: Path) -> None:
         (work / "sources").mkdir()
         (work / "sources" / f"{SUITE}.sources").write_text(SOURCE)
         (work / "lists" / "partial").mkdir(parents=True)
+        (work / "cache" / "archives" / "partial").mkdir(parents=True)
         (work / "debs").mkdir()
+        # apt's lists and caches of its own, so the system's apt sees nothing of this suite.
         private = ("-o", "Dir::Etc::SourceList=/dev/null", "-o", f"Dir::Etc::SourceParts={work / 'sources'}",
-                   "-o", f"Dir::State::Lists={work / 'lists'}", "-o", "APT::Sandbox::User=root")
+                   "-o", f"Dir::State::Lists={work / 'lists'}", "-o", f"Dir::Cache={work / 'cache'}",
+                   "-o", "APT::Sandbox::User=root")
         apt_get(*private, "update", "-qq")
         apt_get(*private, "download", "-qq", *(f"{package}/{SUITE}" for package in PACKAGES), cwd=work / "debs")
         unpacked = work / "root"
