@@ -1,15 +1,9 @@
-"""The lab's qemu: bookworm-backports' build, unpacked into the lab's cache once.
-
-bookworm's qemu 7.2 emulated NVMe lost a queue's writes under load: abort, controller reset,
-controller disabled, a swap `dd` failing with EIO, ext4 read-only. It did so in the three CI runs
-of 2026-12-07 (test_swap's resize beside real vLLM in a container) and in a local repro with the
-lab machine's disk idle, and again with `ioeventfd=on`. The system's qemu is left as it is: the
-lab runs its own binary with its own firmware directory.
-"""
+"""The lab's qemu: bookworm-backports' build, unpacked into the lab's cache once and run from
+there, with its own firmware directory; the system's qemu is left as it is. bookworm's qemu 7.2
+lost an emulated NVMe queue's writes under load (docs/testing.md, "The lab")."""
 
 from __future__ import annotations
 
-import fcntl
 import shutil
 import subprocess
 import tempfile
@@ -17,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hostkit_lab.apt import apt_get
-from hostkit_lab.image import cache_dir
+from hostkit_lab.image import HOST_PREREQUISITES, cache_dir, cached_build
 from hostkit_lab.progress import say
 
 SUITE = "bookworm-backports"
@@ -35,28 +29,21 @@ class Qemu:
     binary: Path
     data_dir: Path  # qemu's -L: its option ROMs; the BIOS comes from the system's seabios
 
-    def version(self) -> str:
-        return subprocess.run([str(self.binary), "--version"], capture_output=True, text=True,
-                              check=True, timeout=30).stdout.splitlines()[0]
-
 
 def lab_qemu() -> Qemu:
     """The unpacked qemu, fetched and unpacked first if no complete one is cached."""
-    root = cache_dir() / "qemu" / SUITE
-    root.parent.mkdir(parents=True, exist_ok=True)
-    with open(root.parent / "unpack.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (root / "complete").exists():
-            _unpack(root)
+    root = cached_build("qemu", "debian12", {"suite": SUITE, "packages": list(PACKAGES)}, _unpack,
+                        HOST_PREREQUISITES)
     return Qemu(root / "usr" / "bin" / "qemu-system-x86_64", root / "usr" / "share" / "qemu")
 
 
-def _unpack(root: Path) -> None:
-    say(f"fetching qemu from {SUITE} for the lab (once)")
-    work = Path(tempfile.mkdtemp(prefix="hostkit-lab-qemu-", dir=root.parent))
+def _unpack(spec: dict, root: Path) -> None:
+    say(f"fetching qemu from {spec['suite']} for the lab (once)")
+    shutil.rmtree(root, ignore_errors=True)
+    work = Path(tempfile.mkdtemp(prefix="hostkit-lab-qemu-", dir=cache_dir()))
     try:
         (work / "sources").mkdir()
-        (work / "sources" / f"{SUITE}.sources").write_text(SOURCE)
+        (work / "sources" / f"{spec['suite']}.sources").write_text(SOURCE)
         (work / "lists" / "partial").mkdir(parents=True)
         (work / "cache" / "archives" / "partial").mkdir(parents=True)
         (work / "debs").mkdir()
@@ -65,14 +52,15 @@ def _unpack(root: Path) -> None:
                    "-o", f"Dir::State::Lists={work / 'lists'}", "-o", f"Dir::Cache={work / 'cache'}",
                    "-o", "APT::Sandbox::User=root")
         apt_get(*private, "update", "-qq")
-        apt_get(*private, "download", "-qq", *(f"{package}/{SUITE}" for package in PACKAGES), cwd=work / "debs")
+        apt_get(*private, "download", "-qq", *(f"{package}/{spec['suite']}" for package in spec["packages"]),
+                cwd=work / "debs")
         unpacked = work / "root"
         for deb in sorted((work / "debs").glob("*.deb")):
             subprocess.run(["dpkg-deb", "-x", str(deb), str(unpacked)], check=True, timeout=300)
         _check_libraries(unpacked / "usr" / "bin" / "qemu-system-x86_64")
-        shutil.rmtree(root, ignore_errors=True)
+        (unpacked / "complete").touch()
+        root.parent.mkdir(parents=True, exist_ok=True)
         unpacked.rename(root)
-        (root / "complete").touch()
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
