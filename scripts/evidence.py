@@ -41,11 +41,11 @@ def ci_runs(records: list[dict]) -> str:
         lines.append(f"| {record['date']} | {record['commit']} | {minutes(record['wall_s'])} | "
                      f"{record['exit_status']} | {suites} | {lanes} | {record['machine']}; {record['note']} |")
     for record in sorted(records, key=lambda r: (r["date"], r["commit"])):
-        lines += ["", f"## {record['date']}, {record['commit']}: `{record['command']}`", "",
-                  "Lane groups (seconds, setup and teardown included):", "",
-                  "| group | seconds |", "|---|---|"]
-        lines += [f"| {group} | {seconds} |" for group, seconds in
-                  sorted(record["groups_s"].items(), key=lambda item: -item[1])]
+        lines += ["", f"## {record['date']}, {record['commit']}: `{record['command']}`"]
+        if record["groups_s"]:
+            lines += ["", "Lane groups (seconds, setup and teardown included):", "", "| group | seconds |", "|---|---|"]
+            lines += [f"| {group} | {seconds} |" for group, seconds in
+                      sorted(record["groups_s"].items(), key=lambda item: -item[1])]
         failed = [name for suite in record["suites"].values() for name in suite["failed"]]
         if failed:
             lines += ["", "Failed:", "", *[f"- `{name}`" for name in failed]]
