@@ -1,9 +1,10 @@
-"""A drain/undrain command for tests/e2e/test_rollout.py: logs what a load balancer would be told.
+"""A drain/undrain command for the rollout tests: logs what a load balancer would be told.
 
-    python rollout_hook.py ACTION HOSTS_JSON LOG HOST
+    python rollout_hook.py ACTION TARGETS_JSON LOG HOST [UNIT]
 
-appends `ACTION HOST INVOCATION_ID` to LOG, where INVOCATION_ID is the host's vllm.service
-run at that moment (read over ssh with the argv HOSTS_JSON gives for HOST): a restart
+appends `ACTION TARGET INVOCATION_ID` to LOG. TARGET is HOST, or HOST/UNIT for one of a host's
+vllm_instances (the rollout passes the instance's unit after the host); INVOCATION_ID is that
+unit's run at that moment, read over ssh with the argv TARGETS_JSON gives for TARGET: a restart
 between drain and undrain shows as two different ids.
 """
 
@@ -11,8 +12,9 @@ import json
 import subprocess
 import sys
 
-action, hosts_json, log, host = sys.argv[1:5]
-argv = json.loads(open(hosts_json).read())[host]
+action, targets_json, log, *target = sys.argv[1:]
+target = "/".join(target)
+argv = json.loads(open(targets_json).read())[target]
 invocation = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=True).stdout.strip()
 with open(log, "a") as out:
-    out.write(f"{action} {host} {invocation}\n")
+    out.write(f"{action} {target} {invocation}\n")

@@ -5,7 +5,10 @@ deploys (its nvidia-smi stand-in and instances_deploy.py).
 A change of the model's flags with --max-unavailable 1 restarts one instance at a time over the
 fleet: a client on each host (replica_probe.py) sends completions to both replicas throughout,
 and its log shows each replica out of service once, never two at once, so at least one replica
-(three of four) served all along. A rerun of the rollout changes and restarts nothing. Times are
+(three of four) served all along. A rerun of the rollout changes and restarts nothing. With drain
+and undrain commands (rollout_hook.py, a load balancer's log), a host's restarting replicas are
+drained together: --max-unavailable 1 is refused before any host is touched, naming them; with 2,
+each host's two replicas are drained, restarted and undrained before the next host's. Times are
 printed as JSON lines.
 """
 
@@ -13,6 +16,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -34,7 +38,9 @@ DATA = {**BASE, "vllm_served_model_name": MODEL, "vllm_instances": {
     name: {"gpus": [index], "vllm_port": 8000 + index, "vllm_api_key": KEYS[name], "vllm_memory_max": "4G"}
     for index, name in enumerate(REPLICAS)}}
 NEW_FLAGS = {**DATA, "vllm_max_num_seqs": 8}
+DRAINED_FLAGS = {**DATA, "vllm_max_num_seqs": 4, "rollout_drain_timeout": 60}
 CLIENT = Path(__file__).with_name("replica_probe.py")
+HOOK = Path(__file__).with_name("rollout_hook.py")
 CLIENT_LOG, CLIENT_STOP = "/root/replica_probe.log", "/root/replica_probe.stop"
 
 
@@ -161,3 +167,59 @@ def test_a_rerun_changes_and_restarts_nothing(fleet, tmp_path):
         assert host["changed"] == [] and host["gate"]["passed"], host
         assert [(e["restarts"], e["changed"]) for e in host["endpoints"]] == [(False, [])] * 2
     assert invocations(fleet) == before
+
+
+def with_hooks(hosts, tmp_path: Path) -> tuple[dict, Path]:
+    """DRAINED_FLAGS with drain and undrain commands that log each instance's run (rollout_hook.py)."""
+    targets = {f"{lab_host.name}/{vllm_instance_unit(name)}":
+               lab_host.ssh_argv(f"systemctl show -p InvocationID --value {vllm_instance_unit(name)}")
+               for lab_host in hosts for name in REPLICAS}
+    (tmp_path / "targets.json").write_text(json.dumps(targets))
+    log = tmp_path / "lb.log"
+    hooks = {f"rollout_{action}_command": [sys.executable, str(HOOK), action, str(tmp_path / "targets.json"), str(log)]
+             for action in ("drain", "undrain")}
+    return {**DRAINED_FLAGS, **hooks}, log
+
+
+def test_drained_replicas_go_out_together_so_a_budget_of_one_is_refused_and_two_rolls_host_by_host(fleet, tmp_path):
+    first, second = fleet
+    data, log = with_hooks(fleet, tmp_path)
+    inventory = lab_inventory(tmp_path / "drained.py", fleet, data)
+    before = invocations(fleet)
+
+    refused = rollout(inventory, tmp_path / "refused.json", "--deploy", str(DEPLOY), "--gate", "ready",
+                      "--batches", "100%", "--max-unavailable", "1")
+    assert refused.returncode != 0, refused.stdout + refused.stderr
+    said = refused.stdout + refused.stderr
+    assert "no host was touched" in said and "drained together" in said, said
+    assert f"{first.name}/vllm@a.service, {first.name}/vllm@b.service" in said, said
+    assert not log.exists() and invocations(fleet) == before
+
+    started = time.monotonic()
+    result = rollout(inventory, tmp_path / "drained.json", "--deploy", str(DEPLOY), "--gate", "ready",
+                     "--batches", "100%", "--max-unavailable", "2")
+    seconds = round(time.monotonic() - started, 1)
+    print(result.stderr)
+    assert result.returncode == 0, result.stdout + result.stderr
+    rolled = json.loads((tmp_path / "drained.json").read_text())
+    assert [batch["hosts"] for batch in rolled["batches"]] == [[first.name], [second.name]]
+    for host in rolled["hosts"]:
+        assert [step for step, _ in host["timeline"]] == ["drain", "deploy", "gate", "undrain"], host
+        assert [check["name"] for check in host["drain"]] == [
+            "vllm@a.service drain", "vllm@b.service drain", "vllm@a.service idle", "vllm@b.service idle",
+            "undrain"], host["drain"]
+        assert all(check["passed"] for check in host["drain"]) and host["gate"]["passed"], host
+
+    # The load balancer's log: both of a host's replicas out (their old runs), both back (new
+    # runs), then the next host's, never more than one host's replicas out at once.
+    lines = [line.split() for line in log.read_text().splitlines()]
+    order = [(action, target.split("/")[0]) for action, target, _ in lines]
+    assert order == [("drain", first.name)] * 2 + [("undrain", first.name)] * 2 + \
+        [("drain", second.name)] * 2 + [("undrain", second.name)] * 2, lines
+    runs = {(action, target): run for action, target, run in lines}
+    after = invocations(fleet)
+    for endpoint in before:
+        assert runs[("drain", endpoint)] == before[endpoint] != runs[("undrain", endpoint)] == after[endpoint]
+    report(drained_rollout_s=seconds)
+    for key in KEYS.values():
+        assert key not in said + result.stdout + result.stderr + (tmp_path / "drained.json").read_text()
