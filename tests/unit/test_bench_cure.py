@@ -3,12 +3,18 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 
 from bench.cure import measure, report
 from bench.cure.measure import Request
 from bench.cure.probes import _unix, parse_sample
 from bench.cure.scenarios import SCENARIOS
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+import evidence  # noqa: E402
 
 
 def served(*spans: tuple[float, float, bool]) -> list[Request]:
@@ -109,3 +115,17 @@ def test_the_summary_takes_medians_per_scenario_and_setup_and_counts_recoveries(
     assert summary["2"]["bare"]["serving_again_after_s"]["missing"] == 2
     assert summary["2"]["bare"]["killed"] == ["VLLM::Worker"]
     assert summary["2"]["bare"]["succeeded"]["median"] == 11.0
+
+
+def test_the_evidence_table_says_never_for_a_host_that_did_not_come_back_and_lists_alert_leads():
+    bare, hostkit = host_figures(10, None, ["VLLM::Worker"]), host_figures(40, 300.0, [])
+    bare["alerts"] = None
+    hostkit["alerts"] = {"HostkitVllmDown": {"pending_s": 70.0, "firing_s": 670.0, "pending_lead_s": -10.0,
+                                             "firing_lead_s": -610.0},
+                         "HostkitSwapHigh": {"pending_s": 30.0, "firing_s": None, "pending_lead_s": 30.0,
+                                             "firing_lead_s": None}}
+    runs = [{"scenarios": {"2": {"hosts": {"bare": bare, "hostkit": hostkit}}}}]
+    rows = evidence.cure_table({"summary": report.summary(runs), "runs": runs})
+    bare_row, hostkit_row = rows[2], rows[3]
+    assert "| 2 | bare | 10 | 5 | 100 | never | VLLM::Worker | 0 | no monitoring |" == bare_row
+    assert hostkit_row.endswith("| 300 | nothing | 0 | VllmDown -610 s |")
