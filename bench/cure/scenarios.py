@@ -19,6 +19,7 @@ again or has a vLLM unit systemd will not start again (inactive or failed), or a
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Callable
@@ -86,6 +87,12 @@ def unit_state(host: CureHost) -> dict[str, str]:
     return dict(line.split("=", 1) for line in shown.splitlines() if "=" in line)
 
 
+def watchdog_restarts(host: CureHost) -> int:
+    """The restarts hostkit's watchdog has recorded (its state file; tests/e2e/test_real_vllm.py)."""
+    state = json.loads(host.sh("cat /var/lib/vllm-hostkit/watchdog.json 2>/dev/null || echo '{}'") or "{}")
+    return int(state.get("restarts_total") or 0)
+
+
 class Watch:
     """One host's probes during a window."""
 
@@ -97,6 +104,7 @@ class Watch:
                        if host.node is not None else None)
         self.offset_s = clock_offset(host)
         self.restarts_before = int(unit_state(host).get("NRestarts", 0))
+        self.watchdog_before = watchdog_restarts(host) if host.setup == "hostkit" else None
         self.fault_at: float | None = None
         self.given_up_checks = 0
 
@@ -149,7 +157,8 @@ def run_window(scenario: Scenario, hosts: list[CureHost], key: str, work: Path) 
         for watch in watches:
             watch.stop()
     return {"window_s": round(end, 1), "neighbour_mib": target_mib if scenario.fault == "neighbour" else None,
-            "hosts": {watch.host.setup: host_figures(watch, clock, end) for watch in watches}}
+            "hosts": {watch.host.setup: host_figures(watch, clock, end, work / f"scenario-{scenario.number}")
+                      for watch in watches}}
 
 
 def _drive(scenario: Scenario, watches: list[Watch], clock: Clock, target_mib: int) -> None:
@@ -177,14 +186,19 @@ def _drive(scenario: Scenario, watches: list[Watch], clock: Clock, target_mib: i
                 f"failed" for w in watches))
 
 
-def host_figures(watch: Watch, clock: Clock, end: float) -> dict:
+def host_figures(watch: Watch, clock: Clock, end: float, logs: Path) -> dict:
+    """The host's figures; its kernel log and vLLM's journal of the window kept in `logs`."""
     host = watch.host
     requests = watch.load.requests
-    journal = host.sh(f"journalctl -k -o short-unix --no-pager --since @{int(clock.started_unix + watch.offset_s)}",
-                      timeout=120, what="reading the kernel log", check=False)
-    kills = measure.kernel_kills(journal, clock.started_unix, watch.offset_s)
+    since = f"--since @{int(clock.started_unix + watch.offset_s)}"
+    journal = _readable(host, f"journalctl -k -o short-unix --no-pager {since}", "reading the kernel log")
+    logs.mkdir(parents=True, exist_ok=True)
+    (logs / f"kernel-{host.setup}.log").write_text(journal or "")
+    (logs / f"vllm-{host.setup}.log").write_text(_readable(host, f"journalctl -u vllm.service -o short-unix "
+                                                                 f"--no-pager {since}", "reading vLLM's journal") or "")
+    kills = measure.kernel_kills(journal or "", clock.started_unix, watch.offset_s)
     failure = measure.first_failure(requests)
-    state = unit_state(host)
+    state = unit_state(host) if journal is not None else {}
     samples = watch.sampler.samples
     return {
         "requests": {"sent": len(requests), "succeeded": sum(r.ok for r in requests),
@@ -194,6 +208,7 @@ def host_figures(watch: Watch, clock: Clock, end: float) -> dict:
         "not_serving_s": round(measure.seconds_not_serving(requests, end), 1),
         "serving_again_after_s": _rounded(measure.serving_again_after(requests, failure, end)),
         "kills": [kill.as_dict() for kill in kills],
+        "kernel_log_read": journal is not None,
         "peaks": {
             "mem_used_mib": _mib(measure.peak([s.mem_used for s in samples])),
             "mem_available_min_mib": _mib(min((s.mem_available for s in samples), default=None)),
@@ -202,7 +217,9 @@ def host_figures(watch: Watch, clock: Clock, end: float) -> dict:
             "vllm_unit_mib": _mib(measure.peak([s.unit_bytes for s in samples])),
             "neighbour_mib": _mib(measure.peak([s.neighbour_bytes for s in samples])),
         },
-        "unit": {"restarts": int(state.get("NRestarts", 0)) - watch.restarts_before,
+        "unit": {"systemd_restarts": int(state["NRestarts"]) - watch.restarts_before if "NRestarts" in state else None,
+                 "watchdog_restarts": (watchdog_restarts(host) - watch.watchdog_before
+                                       if journal is not None and watch.watchdog_before is not None else None),
                  "active_at_end": state.get("ActiveState")},
         "alerts": None if watch.alerts is None else measure.alert_leads(watch.alerts.seen, failure),
         "alerts_error": None if watch.alerts is None else watch.alerts.error,
@@ -226,6 +243,15 @@ def series(samples: list, requests: list[measure.Request], end: float) -> dict:
     rate = measure.per_second(requests, end, SERIES_STEP_S)
     points["ok_per_s"] = [[round(t, 1), round(value, 2)] for t, value in rate]
     return points
+
+
+def _readable(host: CureHost, command: str, what: str) -> str | None:
+    """`command`'s output, or None when the host does not answer (sshd itself may be gone)."""
+    try:
+        return host.sh(command, timeout=120, what=what)
+    except (TimeoutError, RuntimeError) as failure:
+        say(f"{host.name}: {failure}")
+        return None
 
 
 def reset(hosts: list[CureHost], key: str) -> dict:
