@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import subprocess
 import sys
@@ -60,9 +61,10 @@ def commit() -> str:
                           check=True).stdout.strip()
 
 
-def one_run(record: dict, args: argparse.Namespace, disks: tuple[str, ...], key: str) -> None:
+def one_run(record: dict, args: argparse.Namespace, disks: tuple[str, ...], key: str, save) -> None:
     """A fresh pair of hosts, set up side by side, then each scenario, filling `record` as it
-    goes (a failure keeps what was measured before it); the hosts removed after."""
+    goes (a failure keeps what was measured before it) and calling `save` after each; the
+    hosts removed after."""
     lab = Lab(LAB_DIR)
     started = time.monotonic()
     pair: list[hosts.CureHost] = []
@@ -85,6 +87,7 @@ def one_run(record: dict, args: argparse.Namespace, disks: tuple[str, ...], key:
             result["wall_s"] = round(time.monotonic() - scenario_started, 1)
             record["scenarios"][str(number)] = result
             say(f"run {record['run']}, scenario {number}: done in {result['wall_s']:.0f} s")
+            save()
     finally:
         record["wall_s"] = round(time.monotonic() - started, 1)
         for host in pair:
@@ -107,50 +110,65 @@ def table(summary: dict) -> str:
     return "\n".join(lines)
 
 
+class Report:
+    """The report, written again after every scenario: a run stopped part-way (Ctrl-C) keeps
+    what it measured. The charts are the newest run's that has each scenario."""
+
+    def __init__(self, args: argparse.Namespace, argv: list[str], venv_built: dict):
+        self.started = time.monotonic()
+        self.head = commit()
+        self.runs: list[dict] = []
+        self.document = {
+            "kind": "cure", "date": time.strftime("%Y-%m-%d"), "commit": self.head,
+            "command": "python bench/cure.py " + " ".join(argv),
+            "machine": f"{platform.node()}: {platform.machine()}, {os.cpu_count()} cores; lab VMs qemu TCG, "
+                       f"{hosts.CPUS} vCPUs and {hosts.MEMORY_MB} MiB each, {len(args.hosts)} side by side",
+            "setups": args.hosts, "scenarios": {str(n): scenarios.SCENARIOS[n].title for n in args.scenarios},
+            "venv_disk_build": venv_built or "cached", "runs": self.runs,
+        }
+        self.out = args.out or REPO / "reports" / f"cure-{self.document['date']}-{self.head}.json"
+
+    def save(self) -> None:
+        charts = {}
+        for run in self.runs:
+            for number, scenario in run["scenarios"].items():
+                charts[number] = scenario
+        for number, scenario in charts.items():
+            chart.draw(f"scenario {number}: {scenarios.SCENARIOS[int(number)].title}", scenario["hosts"],
+                       CHARTS / f"scenario-{number}.png")
+        self.document.update(wall_s=round(time.monotonic() - self.started, 1), summary=report.summary(self.runs),
+                             charts={n: f"docs/evidence/cure/scenario-{n}.png" for n in sorted(charts)})
+        self.out.write_text(json.dumps(self.document, indent=1) + "\n")
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
-    started = time.monotonic()
     LAB_DIR.mkdir(parents=True, exist_ok=True)
-    head = commit()
     say("the lab disks: the wheelhouse and model, and real vLLM's venv (built once, cached)")
     venv_image, venv_built = venv_disk(LAB_DIR)
     disks = (str(disk_image(lab_tree())), str(venv_image))
     key = hosts.api_key()
-    runs = []
+    written = Report(args, argv, venv_built)
     try:
         for index in range(1, args.runs + 1):
             say(f"run {index} of {args.runs}: scenarios {args.scenarios} on {', '.join(args.hosts)}")
-            runs.append({"run": index, "scenarios": {}, "resets_s": []})
+            written.runs.append({"run": index, "scenarios": {}, "resets_s": []})
             try:
-                one_run(runs[-1], args, disks, key)
+                one_run(written.runs[-1], args, disks, key, written.save)
             except Exception as failure:  # noqa: BLE001 - reported with what was measured before it
-                runs[-1]["error"] = f"{type(failure).__name__}: {failure}"[:2000]
-                say(f"run {index} failed: {runs[-1]['error']}")
+                written.runs[-1]["error"] = f"{type(failure).__name__}: {failure}"[:2000]
+                say(f"run {index} failed: {written.runs[-1]['error']}")
     finally:
         Lab(LAB_DIR).down()
-    if not any(run["scenarios"] for run in runs):
+    if not any(run["scenarios"] for run in written.runs):
         say("no scenario completed: no report written")
         return 1
-    summary = report.summary(runs)
-    last = next(run for run in reversed(runs) if run["scenarios"])
-    for number, scenario in last["scenarios"].items():
-        chart.draw(f"scenario {number}: {scenarios.SCENARIOS[int(number)].title}", scenario["hosts"],
-                   CHARTS / f"scenario-{number}.png")
-    document = {
-        "kind": "cure", "date": time.strftime("%Y-%m-%d"), "commit": head,
-        "command": "python bench/cure.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-        "machine": f"{platform.node()}: {platform.machine()}, lab VMs qemu TCG, {hosts.CPUS} vCPUs and "
-                   f"{hosts.MEMORY_MB} MiB each, {len(args.hosts)} side by side",
-        "setups": args.hosts, "scenarios": {str(n): scenarios.SCENARIOS[n].title for n in args.scenarios},
-        "venv_disk_build": venv_built or "cached", "wall_s": round(time.monotonic() - started, 1),
-        "runs": runs, "summary": summary,
-        "charts": {number: f"docs/evidence/cure/scenario-{number}.png" for number in last["scenarios"]},
-    }
-    out = args.out or REPO / "reports" / f"cure-{document['date']}-{head}.json"
-    out.write_text(json.dumps(document, indent=1) + "\n")
-    print(table(summary))
-    say(f"wrote {out.relative_to(REPO) if out.is_relative_to(REPO) else out} in {document['wall_s']:.0f} s")
-    return 1 if any("error" in run for run in runs) else 0
+    written.save()
+    print(table(written.document["summary"]))
+    say(f"wrote {written.out.relative_to(REPO) if written.out.is_relative_to(REPO) else written.out} "
+        f"in {written.document['wall_s']:.0f} s")
+    return 1 if any("error" in run for run in written.runs) else 0
 
 
 if __name__ == "__main__":
