@@ -22,7 +22,7 @@ def draw(title: str, hosts: dict[str, dict], path: Path) -> None:
         memory.plot(points["t_s"], points["mem_used_mib"], label="memory used")
         memory.plot(points["t_s"], points["swap_used_mib"], label="swap used")
         if any(points["neighbour_mib"]):
-            memory.plot(points["t_s"], points["neighbour_mib"], label="co-tenant", linestyle=":")
+            memory.plot(points["t_s"], points["neighbour_mib"], label="co-tenant", linestyle=":", color="tab:purple")
         memory.set_ylim(0, top * 1.1)
         memory.set_ylabel("MiB")
         memory.set_title(f"{setup}: {figures['requests']['succeeded']} of {figures['requests']['sent']} served")
