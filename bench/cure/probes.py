@@ -90,7 +90,9 @@ class Tunnel:
 def completion(tunnel: Tunnel, key: str, model: str, prompt_tokens: int, timeout: float = REQUEST_TIMEOUT_S) -> bool:
     """One completion request; True when it was answered 200 with text."""
     tunnel.ensure()
-    body = json.dumps({"model": model, "prompt": "hello " * prompt_tokens, "max_tokens": MAX_TOKENS,
+    # "x" is one token of the tiny model's tokenizer ("hello " is four: 256 of them overran
+    # --max-model-len 1024 in the first run, every request refused).
+    body = json.dumps({"model": model, "prompt": "x" * prompt_tokens, "max_tokens": MAX_TOKENS,
                        "temperature": 0}).encode()
     request = urllib.request.Request(f"{tunnel.url}/v1/completions", data=body, method="POST",
                                      headers={"Content-Type": "application/json", "Authorization": f"Bearer {key}"})
