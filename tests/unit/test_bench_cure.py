@@ -129,3 +129,16 @@ def test_the_evidence_table_says_never_for_a_host_that_did_not_come_back_and_lis
     bare_row, hostkit_row = rows[2], rows[3]
     assert "| 2 | bare | 10 | 5 | 100 | never | VLLM::Worker | 0 | no monitoring |" == bare_row
     assert hostkit_row.endswith("| 300 | nothing | 0 | VllmDown -610 s |")
+
+
+def test_the_kernel_log_gives_the_killed_process_its_cgroup_and_when_on_the_window_s_clock():
+    journal = (Path(__file__).parent / "fixtures" / "cure" / "debian12-global-oom-vllm-worker.log").read_text()
+    (kill,) = measure.kernel_kills(journal, window_start_unix=1796652700.0, host_offset_s=-0.37)
+    assert (kill.process, kill.pid, kill.memcg, kill.system_wide) == (
+        "VLLM::Worker", 3018, "/system.slice/vllm.service", True)
+    # The `Killed process` line's stamp, 1796652833.953909, less the window's start and the host's offset.
+    assert kill.at == pytest.approx(134.3239, abs=0.0001)
+
+
+def test_a_kernel_log_without_a_kill_gives_none():
+    assert measure.kernel_kills("-- No entries --\n1796652832.038662 cure1 kernel: eth0: link up\n", 0.0, 0.0) == []
