@@ -122,18 +122,28 @@ def _alerts(runs: list[dict], number: str, setup: str) -> str:
     if all(host["alerts"] is None for host in hosts):
         return "no monitoring"
     fired: dict[str, list] = {}
+    pending: dict[str, list] = {}
     for host in hosts:
         for name, alert in (host["alerts"] or {}).items():
             if alert["firing_s"] is not None:
                 fired.setdefault(name, []).append(alert["firing_lead_s"])
-    if not fired:
-        return "none fired"
-    return "; ".join(f"{name.removeprefix('Hostkit')} " + ", ".join("?" if lead is None else f"{lead:+.0f} s"
-                                                                    for lead in leads)
-                     for name, leads in sorted(fired.items()))
+            else:
+                pending.setdefault(name, []).append(alert["pending_lead_s"])
+    parts = [_leads(name, leads) for name, leads in sorted(fired.items())]
+    parts += [_leads(name, leads) + " (pending only)" for name, leads in sorted(pending.items())]
+    return "; ".join(parts) or "none"
 
 
-CURE_COLUMNS = "| scenario | host | served | failed | seconds not serving | back after (s) | OOM-killed | swap peak (MiB) | alerts fired (s before the failure) |"
+def _leads(name: str, leads: list) -> str:
+    return f"{name.removeprefix('Hostkit')} " + ", ".join("?" if lead is None else f"{lead:+.0f}" for lead in leads)
+
+
+CURE_COLUMNS = ("| scenario | host | served | failed | seconds not serving | back after (s) | OOM-killed | "
+                "swap peak (MiB) | alerts (s before the failure) |")
+
+
+def _per_host(values: dict | None) -> str:
+    return ", ".join(f"{setup} {value:.0f}" for setup, value in values.items()) if values else "-"
 
 
 def cure_table(record: dict) -> list[str]:
@@ -162,13 +172,20 @@ def cure(records: list[dict]) -> str:
         lines += [f"| {number} | {title} | [{Path(record['charts'][number]).name}]"
                   f"({Path(record['charts'][number]).relative_to('docs/evidence')}) |"
                   for number, title in record["scenarios"].items() if number in record["charts"]]
-        lines += ["", "| run | boot (s) | setup (s) | serving after setup (s) | resets (s) | scenario windows (s) | wall | error |",
+        lines += ["", "| run | boot (s) | setup (s) | then until both serve (s) | resets (s) | windows of wall (s) | wall "
+                  "| error |",
                   "|---|---|---|---|---|---|---|---|"]
         for run in record["runs"]:
             windows = ", ".join(f"{n}: {s['window_s']:.0f} of {s['wall_s']:.0f}" for n, s in run["scenarios"].items())
-            lines.append(f"| {run['run']} | {run.get('boot_s', '-')} | {run.get('setup_s', '-')} | "
-                         f"{run.get('serving_after_setup_s', '-')} | {run['resets_s'] or '-'} | {windows or '-'} | "
+            resets = "; ".join(_per_host(reset) for reset in run["resets_s"])
+            lines.append(f"| {run['run']} | {run.get('boot_s', '-')} | {_per_host(run.get('setup_s'))} | "
+                         f"{_per_host(run.get('serving_after_setup_s'))} | {resets or '-'} | {windows or '-'} | "
                          f"{minutes(run.get('wall_s'))} | {run.get('error', '')} |")
+        for run in record["runs"]:
+            for number, discarded in run.get("discarded", {}).items():
+                lines += ["", f"Run {run['run']}, scenario {number}: discarded. {discarded['why']}"]
+            if run.get("stopped"):
+                lines += ["", f"Run {run['run']}: {run['stopped']}."]
         build = record["venv_disk_build"]
         lines += ["", "Real vLLM's venv disk: " + (build if isinstance(build, str) else
                   ", ".join(f"{key} {value}" for key, value in build.items())) + ".", ""]

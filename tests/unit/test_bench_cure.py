@@ -128,7 +128,7 @@ def test_the_evidence_table_says_never_for_a_host_that_did_not_come_back_and_lis
     rows = evidence.cure_table({"summary": report.summary(runs), "runs": runs})
     bare_row, hostkit_row = rows[2], rows[3]
     assert "| 2 | bare | 10 | 5 | 100 | never | VLLM::Worker | 0 | no monitoring |" == bare_row
-    assert hostkit_row.endswith("| 300 | nothing | 0 | VllmDown -610 s |")
+    assert hostkit_row.endswith("| 300 | nothing | 0 | VllmDown -610; SwapHigh +30 (pending only) |")
 
 
 def test_the_kernel_log_gives_the_killed_process_its_cgroup_and_when_on_the_window_s_clock():
