@@ -18,15 +18,16 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hostkit.fleet.pyinfra_runner import run_pyinfra
+from hostkit.fleet.pyinfra_runner import run_pyinfra, write_inventory
 from hostkit_lab import Lab, LabHost, real_vllm
 from hostkit_lab.real_vllm.lab_disk import MOUNT_DISK
 
 from bench.cure.probes import Tunnel, models_listed
 from bench.cure.remote import run, say, script
 from bench.cure.venv_disk import MOUNT_VENV
-from tests.e2e.conftest import MAIN_DEPLOY, REPO, lab_data, lab_inventory
-from tests.exposition_server import __file__ as EXPOSITION_SERVER
+
+REPO = Path(__file__).resolve().parents[2]
+DEPLOY = REPO / "deploys" / "vllm_host.py"
 
 SETUPS = ("bare", "hostkit")
 CPUS = 2  # vLLM's CPU backend keeps one for its scheduler (tests/e2e/test_real_vllm.py)
@@ -92,13 +93,14 @@ def set_up_bare(host: CureHost, key: str) -> None:
 
 
 def set_up_hostkit(host: CureHost, work: Path) -> None:
-    inventory = lab_inventory(work / f"inventory-{host.name}.py", host.lab_host, HOSTKIT_DATA)
-    deployed = run_pyinfra(inventory, MAIN_DEPLOY, cwd=REPO, timeout=DEPLOY_TIMEOUT_S)
+    entry = (host.name, {**host.lab_host.pyinfra_data(), **lab_data(), **HOSTKIT_DATA})
+    inventory = write_inventory(work / f"inventory-{host.name}.py", [entry])
+    deployed = run_pyinfra(inventory, DEPLOY, cwd=REPO, timeout=DEPLOY_TIMEOUT_S)
     # pyinfra's output stays in a file: the bench prints figures, not the deploy.
     (work / f"deploy-{host.name}.log").write_text(deployed.output)
     if not deployed.ok:
         raise RuntimeError(f"{host.name}: the hostkit deploy failed (its output: {work}/deploy-{host.name}.log)")
-    served = shlex.quote(Path(EXPOSITION_SERVER).read_text())
+    served = shlex.quote(script("textfile_http.py"))
     host.sh(f"systemctl stop cure-textfile-http 2>/dev/null; systemd-run --quiet --unit=cure-textfile-http "
             f"python3 -c {served} 9100 {TEXTFILE}", what="serving the collector's file on port 9100")
     host.node = Tunnel(host.lab_host, 9100)
@@ -130,6 +132,13 @@ def wait_serving(host: CureHost, key: str, timeout: float = real_vllm.READY_TIME
             last_report = now
         time.sleep(SERVING_POLL_S)
     return round(time.monotonic() - started, 1)
+
+
+def lab_data() -> dict:
+    """The shipped lab inventory's data (inventories/lab.py), as bench/run.py reads it."""
+    namespace: dict = {}
+    exec(compile((REPO / "inventories" / "lab.py").read_text(), "inventories/lab.py", "exec"), namespace)
+    return dict(namespace["LAB_DATA"])
 
 
 def api_key() -> str:

@@ -6,7 +6,7 @@
   length, each answer recorded (measure.Request);
 - Sampler: host/sampler.sh over ssh, one line a second of /proc/meminfo and the cgroups'
   memory, stamped on arrival;
-- Alerts: a real Prometheus (the distribution's, tests/prometheus_dist.py) with hostkit's
+- Alerts: a real Prometheus (the distribution's: prometheus.py) with hostkit's
   shipped rules unchanged (their `for:` durations included), scraping the hostkit collector's
   file as node_exporter's textfile collector relays it; each alert's first pending and firing.
 Every time is seconds since the window opened (`Clock`).
@@ -27,7 +27,8 @@ from pathlib import Path
 
 from bench.cure.measure import Request
 from bench.cure.remote import say, script
-from tests.prometheus_dist import RULES, api, prometheus_server
+from bench.cure.prometheus import RULES, api
+from bench.cure.prometheus import server as prometheus_server
 
 REQUEST_TIMEOUT_S = 60
 MAX_TOKENS = 8
