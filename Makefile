@@ -88,3 +88,10 @@ clean:
 .PHONY: bench
 bench: install
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(PY) bench/run.py
+
+# Issue 36: the field reports' failures with real vLLM on a bare VM and a hostkit VM side by
+# side (boots VMs: scenario 2 once about 18 min, 2026-12-07; all three 3 times, hours). Writes
+# reports/cure-DATE-COMMIT.json and docs/evidence/cure/*.png. See bench/cure.py.
+.PHONY: bench-cure
+bench-cure: install
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(PY) bench/cure.py $(CURE_ARGS)

