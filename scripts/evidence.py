@@ -209,7 +209,17 @@ def cure_proof(records: list[dict]) -> str:
     shown = "3" if "3" in charts else min(charts)
     return "\n".join([f"![scenario {shown}]({charts[shown]})", "", *cure_table({"summary": {}, "runs": []})[:2],
                       *[row for number in sorted(rows) for row in rows[number][1:]], "",
-                      "Medians over runs; [every figure, chart, run count and run time](docs/evidence/cure.md)."])
+                      f"Medians of {_run_counts(records, rows)} per scenario; "
+                      "[every figure, chart and run time](docs/evidence/cure.md)."])
+
+
+def _run_counts(records: list[dict], rows: dict[str, list[str]]) -> str:
+    """How many runs the shown rows' medians are of, e.g. `1 run`, `1-3 runs`."""
+    counts = sorted({figure["runs"] for record in records for number, hosts in record["summary"].items()
+                     if rows.get(number, [None])[0] == record["commit"]
+                     for host in hosts.values() for figure in host.values() if isinstance(figure, dict)})
+    shown = str(counts[0]) if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"
+    return f"{shown} run{'' if counts == [1] else 's'}"
 
 
 README_FIGURES = {"ci-run": [("nvme-boots", nvme_boot_summary)]}
