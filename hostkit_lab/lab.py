@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from pathlib import Path
@@ -13,6 +12,7 @@ from pathlib import Path
 from hostkit_lab.container import ContainerHost, remove_lab_cgroups
 from hostkit_lab.host import LabHost
 from hostkit_lab.image import ssh_key
+from hostkit_lab.net import free_port
 from hostkit_lab.progress import say
 from hostkit_lab.vm import MEMORY_MB, VmHost
 
@@ -26,12 +26,6 @@ def default_lab_dir() -> Path:
     checkout = Path(__file__).resolve().parents[1]
     root = checkout if (checkout / "pyproject.toml").exists() else Path.cwd()
     return root / ".lab"
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class Lab:
@@ -88,7 +82,7 @@ class Lab:
             if host_dir.exists():
                 shutil.rmtree(host_dir)
             host_dir.mkdir(parents=True)
-            common = dict(name=name, port=_free_port(), os=os_name, directory=str(host_dir), key=str(ssh_key()),
+            common = dict(name=name, port=free_port(), os=os_name, directory=str(host_dir), key=str(ssh_key()),
                           known_hosts=str(self.known_hosts))
             if kind == "vm":
                 lab_host = VmHost(**common, cgroup=cgroup, cpus=cpus or self.cpus, memory_mb=memory_mb,

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hostkit.fleet.pyinfra_runner import run_pyinfra, write_inventory
-from hostkit_lab import Lab, LabHost, real_vllm
+from hostkit_lab import Lab, LabHost, exposition_server, real_vllm
 from hostkit_lab.real_vllm.lab_disk import MOUNT_DISK
 
 from bench.cure.probes import Tunnel, models_listed
@@ -100,7 +100,7 @@ def set_up_hostkit(host: CureHost, work: Path) -> None:
     (work / f"deploy-{host.name}.log").write_text(deployed.output)
     if not deployed.ok:
         raise RuntimeError(f"{host.name}: the hostkit deploy failed (its output: {work}/deploy-{host.name}.log)")
-    served = shlex.quote(script("textfile_http.py"))
+    served = shlex.quote(Path(exposition_server.__file__).read_text())
     host.sh(f"systemctl stop cure-textfile-http 2>/dev/null; systemd-run --quiet --unit=cure-textfile-http "
             f"python3 -c {served} 9100 {TEXTFILE}", what="serving the collector's file on port 9100")
     host.node = Tunnel(host.lab_host, 9100)

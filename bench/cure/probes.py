@@ -6,7 +6,7 @@
   length, each answer recorded (measure.Request);
 - Sampler: host/sampler.sh over ssh, one line a second of /proc/meminfo and the cgroups'
   memory, stamped on arrival;
-- Alerts: a real Prometheus (the distribution's: prometheus.py) with hostkit's
+- Alerts: a real Prometheus (the distribution's: hostkit_lab/prometheus.py) with hostkit's
   shipped rules unchanged (their `for:` durations included), scraping the hostkit collector's
   file as node_exporter's textfile collector relays it; each alert's first pending and firing.
 Every time is seconds since the window opened (`Clock`).
@@ -27,8 +27,8 @@ from pathlib import Path
 
 from bench.cure.measure import Request
 from bench.cure.remote import say, script
-from bench.cure.prometheus import RULES, api
-from bench.cure.prometheus import server as prometheus_server
+from hostkit_lab.net import free_port
+from hostkit_lab.prometheus import RULES, api, prometheus_server
 
 REQUEST_TIMEOUT_S = 60
 MAX_TOKENS = 8
@@ -55,9 +55,7 @@ class Tunnel:
         self.remote_port = remote_port
         self.process: subprocess.Popen | None = None
         self.lock = threading.Lock()
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            self.local_port = probe.getsockname()[1]
+        self.local_port = free_port()
 
     @property
     def url(self) -> str:

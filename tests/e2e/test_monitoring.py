@@ -1,5 +1,5 @@
 """Memory monitoring end to end: the collector and Debian's node_exporter on a lab host, a real
-Prometheus (the distribution's binary, tests/prometheus_dist.py) on this machine scraping it
+Prometheus (the distribution's binary, hostkit_lab/prometheus.py) on this machine scraping it
 through ssh port-forwards, and the shipped alert rules firing on a real memory overrun.
 
 After a deploy of this module's data (node_exporter on, a 5 s collector interval, a small
@@ -35,11 +35,11 @@ from hostkit.plan.scope import snapshot_scope
 from hostkit.facts.monitoring import MonitoringFact
 from hostkit.profile.validation import profile_from_data
 from hostkit.fleet.pyinfra_runner import run_pyinfra
-from tests import exposition_server
+from hostkit_lab import exposition_server
 from tests.e2e.conftest import MAIN_DEPLOY, REPO, lab_data, lab_inventory, main_host_for
 from tests.e2e.test_doctor_smoke import forwarded, hostkit
 from tests.e2e.vllm_unit import sh
-from tests.prometheus_dist import api, firing, prometheus_server, shortened_rules
+from hostkit_lab.prometheus import api, firing, prometheus_server, shortened_rules
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.lab

@@ -20,7 +20,7 @@ from hostkit.monitoring import collector_source
 from hostkit.desired.nvme_boot import NVME_WAIT_S
 
 from tests.e2e.lab_shell import sh
-from tests.prometheus_dist import exposition_served, firing, prometheus_server, shortened_rules
+from hostkit_lab.prometheus import exposition_served, firing, prometheus_server, shortened_rules
 from tests.waiting import wait_for
 
 DEPLOY = Path(__file__).parent / "deploys" / "swap_only.py"

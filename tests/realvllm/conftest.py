@@ -20,7 +20,7 @@ import pytest
 
 from hostkit.vllm.flags import flags_for
 from tests.realvllm import server as srv
-from tests.net import free_port
+from hostkit_lab.net import free_port
 from hostkit_lab.real_vllm import tiny_model, wheelhouse
 from hostkit_lab.standin.install import standin_files
 

@@ -9,7 +9,7 @@ import re
 import time
 from textwrap import indent
 
-from tests.prometheus_dist import api, prometheus_server
+from hostkit_lab.prometheus import api, prometheus_server
 from tests.realvllm import server as srv
 from tests.realvllm.conftest import REPO, record
 from tests.waiting import wait_for

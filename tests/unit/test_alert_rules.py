@@ -1,5 +1,5 @@
 """The shipped alert rules through the real promtool (Debian's prometheus package, see
-tests/prometheus_dist.py): `check rules` and the unit tests in tests/unit/promtool/."""
+hostkit_lab/prometheus.py): `check rules` and the unit tests in tests/unit/promtool/."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from hostkit.plan.gpu_policy import XID_RULES
-from tests.prometheus_dist import prometheus_bin
+from hostkit_lab.prometheus import prometheus_bin
 
 REPO = Path(__file__).resolve().parents[2]
 RULES = REPO / "hostkit" / "monitoring" / "alerts.rules.yml"

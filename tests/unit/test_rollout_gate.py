@@ -14,7 +14,7 @@ from hostkit.profile.validation import profile_from_data
 from hostkit.fleet.pyinfra_runner import write_inventory
 from hostkit.rollout.gate import PROBE_SOURCE, ServiceGate, direct_base_url, host_base_url, release_check, verify_check
 from hostkit.rollout.probe import probe
-from tests.net import free_port
+from hostkit_lab.net import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 MODEL = "Qwen/Qwen2.5-0.5B-Instruct"

@@ -32,7 +32,7 @@ from hostkit.rollout.render import summary_table
 from hostkit.rollout.report import GateCheck, GateResult, read_report
 import test_rollout_gate
 from test_rollout_gate import KEY, MODEL
-from tests.net import free_port
+from hostkit_lab.net import free_port
 
 standin = test_rollout_gate.standin  # the stand-in on loopback, a module fixture
 PLAIN = None  # a host's "instances" when it runs vllm.service

@@ -19,7 +19,7 @@ import pytest
 
 from hostkit.vllm.readiness import Probe, probe_command
 from hostkit_lab.standin.install import standin_archive, standin_files
-from tests.net import free_port
+from hostkit_lab.net import free_port
 from tests.waiting import wait_for
 
 FIXTURES = Path(__file__).parent / "fixtures" / "vllm"

@@ -19,7 +19,7 @@ import pytest
 
 from hostkit.plan.plans import VllmPlan
 from hostkit.verify.probes import parse_probes, probe_command
-from tests.net import free_port
+from hostkit_lab.net import free_port
 
 FIXTURES = Path(__file__).parent / "fixtures" / "verify"
 MODEL = "Qwen/Qwen2.5-0.5B-Instruct"

@@ -23,8 +23,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from hostkit_lab.apt import apt_get
-from tests import exposition_server
-from tests.net import free_port
+from hostkit_lab import exposition_server
+from hostkit_lab.net import free_port
 
 PACKAGE = "prometheus"
 RULES = Path(__file__).resolve().parents[1] / "hostkit" / "monitoring" / "alerts.rules.yml"
