@@ -3,12 +3,12 @@
 
     python bench/cure.py                              # or: make bench-cure
     python bench/cure.py --scenarios 2 --runs 1       # the cheapest: the engine dies
-    python bench/cure.py --scenarios 1,2,3 --runs 3 --hosts bare,hostkit
+    python bench/cure.py --scenarios 1,2,3 --runs 3 --hosts bare,githubixx,hostkit
 
-Each run boots a fresh pair of identical VMs (qemu TCG, 2 vCPUs, 5 GiB, the same image and
-disks), sets one up bare and one with hostkit's deploy, waits until both serve, then runs the
-scenarios one after another on that pair (bench/cure/scenarios.py), resetting both between
-them (scenarios.reset says what). Real vLLM's venv is installed once by hostkit's own install
+Each run boots a fresh set of identical VMs (qemu TCG, 2 vCPUs, 5 GiB, the same image and
+disks), sets each up one way (bare, githubixx.ai.vllm's unit, hostkit's deploy: hosts.py),
+waits until all serve, then runs the scenarios one after another on that set
+(bench/cure/scenarios.py), resetting every host between them (scenarios.reset says what). Real vLLM's venv is installed once by hostkit's own install
 script at native speed and attached to every VM as a read-only disk (bench/cure/venv_disk.py).
 Writes reports/cure-DATE-COMMIT.json (measured figures only) and docs/evidence/cure/scenario-N.png
 (the last run's); `python3 scripts/evidence.py` renders docs/evidence/cure.md from the report.
@@ -45,7 +45,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scenarios", default="1,2,3", help="comma-separated scenario numbers (1, 2, 3)")
     parser.add_argument("--runs", type=int, default=3, help="fresh pairs of hosts, one after another")
-    parser.add_argument("--hosts", default="bare,hostkit", help=f"comma-separated setups of {hosts.SETUPS}")
+    parser.add_argument("--hosts", default=",".join(hosts.SETUPS), help=f"comma-separated setups of {hosts.SETUPS}")
     parser.add_argument("--out", type=Path, help="the report (default reports/cure-DATE-COMMIT.json)")
     args = parser.parse_args(argv)
     args.scenarios = [int(number) for number in args.scenarios.split(",")]

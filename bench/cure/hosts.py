@@ -3,6 +3,8 @@ set up one way:
 
 - bare: vLLM as the field reports ran it (host/bare-vllm.service: `Restart=on-failure`, no
   memory limit), no swap, the image's default swappiness (60) and THP;
+- githubixx: the same, under githubixx.ai.vllm's unit (host/githubixx-vllm.service:
+  `Restart=always`, no memory limit), the best public Ansible role's;
 - hostkit: `pyinfra INVENTORY deploys/vllm_host.py` with the lab's real-vLLM data: swap on the
   NVMe, vm.swappiness=10, THP, the unit's memory limits, Restart=always, the watchdog and the
   metrics collector.
@@ -29,7 +31,9 @@ from bench.cure.venv_disk import MOUNT_VENV
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploys" / "vllm_host.py"
 
-SETUPS = ("bare", "hostkit")
+SETUPS = ("bare", "githubixx", "hostkit")
+# The setups that are one unit file and an env file (host/UNIT); hostkit is its deploy.
+UNIT_FILES = {"bare": "bare-vllm.service", "githubixx": "githubixx-vllm.service"}
 CPUS = 2  # vLLM's CPU backend keeps one for its scheduler (tests/e2e/test_real_vllm.py)
 MEMORY_MB = real_vllm.MEMORY_MB
 MODEL = real_vllm.DATA["vllm_served_model_name"]
@@ -40,7 +44,7 @@ TEXTFILE = "/var/lib/prometheus/node-exporter/hostkit.prom"
 DEPLOY_TIMEOUT_S = 3600
 PREPARE_TIMEOUT_S = 900
 SERVING_POLL_S = 10
-BARE_ENV = "/etc/vllm-bare.env"
+SERVE_ENV = "/etc/vllm-serve.env"
 
 
 @dataclass
@@ -82,14 +86,16 @@ def prepare(host: CureHost) -> None:
             timeout=PREPARE_TIMEOUT_S, what="apt-get install libnuma1")
 
 
-def set_up_bare(host: CureHost, key: str) -> None:
+def set_up_unit(host: CureHost, key: str) -> None:
+    """vllm.service from host/UNIT_FILES[setup], the key in an env file, the vllm user and its cache."""
     host.sh("id vllm >/dev/null 2>&1 || useradd --system --create-home --home-dir /var/lib/vllm vllm")
+    host.sh("install -d -o vllm -g vllm /var/lib/vllm/cache")
     env = f"VLLM_API_KEY={key}\nVLLM_CPU_KVCACHE_SPACE={real_vllm.DATA['vllm_env']['VLLM_CPU_KVCACHE_SPACE']}\n"
     # The key through stdin, never in an argv.
-    run(host.lab_host, f"umask 077 && cat > {BARE_ENV}", 60, "writing the bare unit's env file", stdin=env)
-    run(host.lab_host, "cat > /etc/systemd/system/vllm.service", 60, "writing the bare unit",
-        stdin=script("bare-vllm.service"))
-    host.sh("systemctl daemon-reload && systemctl enable --now vllm.service", what="starting the bare unit")
+    run(host.lab_host, f"umask 077 && cat > {SERVE_ENV}", 60, "writing the unit's env file", stdin=env)
+    run(host.lab_host, "cat > /etc/systemd/system/vllm.service", 60, f"writing the {host.setup} unit",
+        stdin=script(UNIT_FILES[host.setup]))
+    host.sh("systemctl daemon-reload && systemctl enable --now vllm.service", what=f"starting the {host.setup} unit")
 
 
 def set_up_hostkit(host: CureHost, work: Path) -> None:
@@ -110,10 +116,10 @@ def set_up_hostkit(host: CureHost, work: Path) -> None:
 def set_up(host: CureHost, key: str, work: Path) -> None:
     started = time.monotonic()
     prepare(host)
-    if host.setup == "bare":
-        set_up_bare(host, key)
-    else:
+    if host.setup == "hostkit":
         set_up_hostkit(host, work)
+    else:
+        set_up_unit(host, key)
     host.setup_s = round(time.monotonic() - started, 1)
     say(f"{host.name}: set up ({host.setup}) in {host.setup_s:.0f} s")
 
