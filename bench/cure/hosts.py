@@ -22,16 +22,19 @@ from pathlib import Path
 
 from hostkit.fleet.pyinfra_runner import run_pyinfra, write_inventory
 from hostkit_lab import Lab, LabHost, exposition_server, real_vllm
-from hostkit_lab.real_vllm.lab_disk import MOUNT_DISK
+from hostkit_lab.real_vllm.lab_disk import MOUNT_DISK, disk_image, lab_tree
 
 from bench.cure.probes import Tunnel, models_listed
 from bench.cure.remote import run, say, script
-from bench.cure.venv_disk import MOUNT_VENV
+from bench.cure.venv_disk import MOUNT_VENV, TARGET as VENV_TARGET
 
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploys" / "vllm_host.py"
 
 SETUPS = ("bare", "githubixx", "hostkit")
+# A container shares this machine's kernel and memory: of the failures, only the engine's death
+# (scenario 2) means there what it means on a host of its own.
+LAB_KINDS = {"vm": (1, 2, 3), "container": (2,)}
 # The setups that are one unit file and an env file (host/UNIT); hostkit is its deploy.
 UNIT_FILES = {"bare": "bare-vllm.service", "githubixx": "githubixx-vllm.service"}
 CPUS = 2  # vLLM's CPU backend keeps one for its scheduler (tests/e2e/test_real_vllm.py)
@@ -71,16 +74,26 @@ class CureHost:
                 tunnel.close()
 
 
-def boot(lab: Lab, setups: list[str], disks: tuple[str, ...]) -> list[CureHost]:
-    """One VM per setup, booted side by side (cure1, cure2, ... in the order of `setups`)."""
-    lab_hosts = lab.up(len(setups), prefix="cure", cpus=CPUS, memory_mb=MEMORY_MB, disks=disks)
+def attachments(lab_kind: str, venv: Path) -> dict:
+    """lab.up's arguments for a host of `lab_kind` with the model and real vLLM's venv: a VM's
+    disks (the venv's ext4 image), a container's read-only binds (`venv`, the image mounted)."""
+    tree = lab_tree()
+    if lab_kind == "vm":
+        return {"cpus": CPUS, "memory_mb": MEMORY_MB, "disks": (str(disk_image(tree)), str(venv))}
+    return {"kind": "container", "binds": (f"{tree}:{real_vllm.DISK_MOUNT}", f"{venv}:{VENV_TARGET.venv}")}
+
+
+def boot(lab: Lab, setups: list[str], attached: dict) -> list[CureHost]:
+    """One host per setup, booted side by side (cure1, cure2, ... in the order of `setups`)."""
+    lab_hosts = lab.up(len(setups), prefix="cure", **attached)
     return [CureHost(setup, lab_host) for setup, lab_host in zip(setups, lab_hosts)]
 
 
 def prepare(host: CureHost) -> None:
-    """The same on every host, before its setup: the wheelhouse (model) and venv disks mounted,
-    libnuma1 (which real vLLM's CPU build needs, and hostkit's deploy would add) from apt."""
-    host.sh(f"{MOUNT_DISK} && {MOUNT_VENV}", what="mounting the model and venv disks")
+    """The same on every host, before its setup: a VM's wheelhouse (model) and venv disks mounted
+    (a container has them bound), libnuma1 (which real vLLM's CPU build needs, and hostkit's deploy would add) from apt."""
+    if host.lab_host.kind == "vm":
+        host.sh(f"{MOUNT_DISK} && {MOUNT_VENV}", what="mounting the model and venv disks")
     host.sh("dpkg -s libnuma1 >/dev/null 2>&1 || apt-get install -y -q libnuma1 >/dev/null 2>&1 || "
             "(apt-get update -q >/dev/null && apt-get install -y -q libnuma1 >/dev/null)",
             timeout=PREPARE_TIMEOUT_S, what="apt-get install libnuma1")

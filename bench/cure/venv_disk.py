@@ -16,6 +16,8 @@ from __future__ import annotations
 import hashlib
 import subprocess
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from hostkit.operations.vllm_install import install_command
@@ -82,3 +84,14 @@ def _build(final: Path, lab_dir: Path) -> dict:
             "total_s": round(done - started, 1), "image_bytes": final.stat().st_size}
 
 
+
+
+@contextmanager
+def mounted(image: Path, at: Path) -> Iterator[Path]:
+    """The image mounted read-only at `at` on this machine (for container hosts to bind)."""
+    at.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["mount", "-o", "loop,ro", str(image), str(at)], check=True, timeout=60, capture_output=True)
+    try:
+        yield at
+    finally:
+        subprocess.run(["umount", str(at)], check=True, timeout=60, capture_output=True)
