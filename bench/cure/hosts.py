@@ -91,7 +91,8 @@ def boot(lab: Lab, setups: list[str], attached: dict) -> list[CureHost]:
 
 def prepare(host: CureHost) -> None:
     """The same on every host, before its setup: a VM's wheelhouse (model) and venv disks mounted
-    (a container has them bound), libnuma1 (which real vLLM's CPU build needs, and hostkit's deploy would add) from apt."""
+    (a container has them bound), libnuma1 (which real vLLM's CPU build needs, and hostkit's
+    deploy would add) from apt."""
     if host.lab_host.kind == "vm":
         host.sh(f"{MOUNT_DISK} && {MOUNT_VENV}", what="mounting the model and venv disks")
     host.sh("dpkg -s libnuma1 >/dev/null 2>&1 || apt-get install -y -q libnuma1 >/dev/null 2>&1 || "

@@ -84,8 +84,6 @@ def _build(final: Path, lab_dir: Path) -> dict:
             "total_s": round(done - started, 1), "image_bytes": final.stat().st_size}
 
 
-
-
 @contextmanager
 def mounted(image: Path, at: Path) -> Iterator[Path]:
     """The image mounted read-only at `at` on this machine (for container hosts to bind)."""
