@@ -94,6 +94,11 @@ HOST_PARAMETERS = {
     "test_distros.py": ("debian11", "debian13"),
     "test_real_vllm.py": ("container", "vm"),
 }
+# Real vLLM at native speed in containers, CPU-bound for minutes: side by side in the two lanes
+# they took 980 s and 1257 s (cold CI run of 6a42048), about twice their time alone. One lane
+# runs them one after the other.
+REAL_VLLM_CONTAINERS = ("test_real_vllm.py[container]", "test_cure.py")
+REAL_VLLM_CONTAINERS_GROUP = "real vLLM containers"
 # Kernel tuning on Debian 13 (marker other_release): `make e2e-releases`, not `make test`.
 OTHER_RELEASE = ("test_kernel.py[debian13]",)
 
@@ -107,7 +112,13 @@ FLEET_DATA = {
 
 
 def group_of(module: str, param: str | None) -> str:
-    """The lane group of a test in `module` whose parameter id is `param`: its hosts' sharers."""
+    """The lane group of a test in `module` whose parameter id is `param`: its hosts' sharers,
+    or REAL_VLLM_CONTAINERS_GROUP."""
+    group = _hosts_group(module, param)
+    return REAL_VLLM_CONTAINERS_GROUP if group in REAL_VLLM_CONTAINERS else group
+
+
+def _hosts_group(module: str, param: str | None) -> str:
     if module in MAIN_HOST_MODULES:
         return MAIN_CONTAINER_GROUP if "container" in (param or "").split("-") else MAIN_GROUP
     if module in FLEET_MODULES:
